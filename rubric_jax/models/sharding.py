@@ -1,0 +1,110 @@
+"""Device meshes and logical-axis sharding.
+
+Every parameter carries logical axis names (`axes` metadata: "vocab", "embed", "heads", ...); one rules
+table maps them to mesh axes ("data", "fsdp", "tensor"). Activations are annotated with `constrain`,
+which is a no-op unless a mesh is active (`with use_mesh(mesh):`), so the same model code runs on one
+device and on a mesh. A mesh axis that does not divide a dimension is dropped for that array
+(replicated) rather than failing: tiny test models have 2 kv heads, a mesh may have tensor=4.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator, Mapping, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+# logical axis -> mesh axis (or tuple of mesh axes, or None = replicated)
+DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
+    ("batch", ("data", "fsdp")),
+    ("seq", None),
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("mlp", "tensor"),
+    ("lora_rank", None),
+)
+
+_ACTIVE: list[tuple[Mesh, tuple]] = []
+
+
+def make_mesh(shape: Mapping[str, int] | Sequence[tuple[str, int]], devices=None) -> Mesh:
+    """Mesh with named axes, e.g. {"data": 2, "tensor": 4}; a -1 size takes the remaining devices."""
+    items = list(shape.items()) if isinstance(shape, Mapping) else list(shape)
+    devices = list(devices if devices is not None else jax.devices())
+    known = math.prod(s for _, s in items if s != -1)
+    sizes = [len(devices) // known if s == -1 else s for _, s in items]
+    if math.prod(sizes) != len(devices):
+        raise ValueError(f"mesh {dict(zip([n for n, _ in items], sizes))} needs {math.prod(sizes)} devices, "
+                         f"have {len(devices)}")
+    return Mesh(np.asarray(devices).reshape(sizes), tuple(n for n, _ in items))
+
+
+def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int] | None, mesh: Mesh,
+                    rules=DEFAULT_RULES) -> PartitionSpec:
+    """PartitionSpec for an array with these logical axes; mesh axes used at most once."""
+    table = dict(rules)
+    used: set[str] = set()
+    spec = []
+    for i, name in enumerate(axes):
+        target = table.get(name) if name is not None else None
+        targets = (target,) if isinstance(target, str) else tuple(target or ())
+        kept = []
+        for m in targets:
+            if m not in mesh.shape or m in used or mesh.shape[m] == 1:
+                continue
+            size = math.prod(mesh.shape[a] for a in kept) * mesh.shape[m]
+            if shape is not None and shape[i] % size:
+                continue
+            kept.append(m)
+        used.update(kept)
+        spec.append(tuple(kept) if len(kept) > 1 else (kept[0] if kept else None))
+    return PartitionSpec(*spec)
+
+
+@contextlib.contextmanager
+def use_mesh(mesh: Mesh, rules=DEFAULT_RULES) -> Iterator[Mesh]:
+    """Activates `constrain` annotations (inside jit) for this mesh."""
+    _ACTIVE.append((mesh, tuple(rules)))
+    try:
+        yield mesh
+    finally:
+        _ACTIVE.pop()
+
+
+def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
+    if not _ACTIVE:
+        return x
+    mesh, rules = _ACTIVE[-1]
+    spec = logical_to_spec(axes, x.shape, mesh, rules)
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+
+def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES):
+    """NamedSharding for every variable of an nnx.State, from its `axes` metadata (else replicated)."""
+
+    def one(var):
+        axes = getattr(var, "axes", None)
+        shape = getattr(var.get_value(), "shape", ())
+        if axes is None or len(axes) != len(shape):
+            return NamedSharding(mesh, PartitionSpec())
+        return NamedSharding(mesh, logical_to_spec(axes, shape, mesh, rules))
+
+    return jax.tree.map(one, state, is_leaf=lambda v: isinstance(v, nnx.Variable))
+
+
+def shard_model(model: nnx.Module, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.Module:
+    """Places the model's variables on the mesh by their logical axes (in place; returns the model)."""
+    state = nnx.state(model)
+    shardings = state_shardings(state, mesh, rules)
+    values = jax.tree.map(lambda v: v.get_value(), state, is_leaf=lambda v: isinstance(v, nnx.Variable))
+    placed = jax.device_put(values, jax.tree.map(lambda s: s, shardings,
+                                                  is_leaf=lambda v: isinstance(v, nnx.Variable)))
+    nnx.update(model, placed)
+    return model

@@ -1,0 +1,32 @@
+"""rubric_jax: GRPO + LoRA post-training with self-judged rubric rewards, in JAX/Flax NNX."""
+from setuptools import find_packages, setup
+
+setup(
+    name="rubric_jax",
+    version="0.1.0",
+    description="Rubric-rewarded RL (RcRL, RARE, RLMR) for open-ended generation in JAX/Flax NNX",
+    python_requires=">=3.11",
+    packages=find_packages(include=["rubric_jax", "rubric_jax.*"]),
+    package_data={"rubric_jax": ["data/*.jsonl", "rubrics/builtin/*.json"]},
+    install_requires=[
+        "jax>=0.6",
+        "flax>=0.11",
+        "optax",
+        "orbax-checkpoint",
+        "grain",
+        "clu",
+        "transformers>=4.51",
+        "sentencepiece",
+        "numpy",
+        "safetensors",
+        "gguf>=0.10",
+        "ml_collections",
+        "absl-py",
+        "tensorboardX",
+    ],
+    extras_require={
+        # torch is only the reference implementation in tests; 2.13.0 is the CPU wheel on disk.
+        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate"],
+        "bench": ["trl", "peft"],
+    },
+)

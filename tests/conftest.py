@@ -1,0 +1,127 @@
+"""Shared fixtures: tiny random HF checkpoints written at test time, and the embedded SmolLM2.
+
+Everything expensive is session-scoped so each model is built and compiled once per run.
+"""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import shutil
+
+import numpy as np
+import pytest
+
+QWEN_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+
+
+def _randomize(model, seed):
+    """HF init leaves norms at 1 and weights tiny; perturb everything so parity is a real check."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * noise)
+            else:
+                p.copy_(noise * (0.5 / max(1, p.shape[-1]) ** 0.5) if p.ndim > 1 else noise * 0.1)
+
+
+def write_tiny_checkpoint(out_dir, arch="qwen3", tied=True, seed=0, shard=False, vocab_size=151936, **overrides):
+    """Writes a random tiny Qwen3 or Llama checkpoint (config.json + safetensors + tokenizer) with transformers."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                  tie_word_embeddings=tied, rms_norm_eps=1e-6)
+    common.update(overrides)
+    if arch == "qwen3":
+        cfg = transformers.Qwen3Config(rope_theta=10000.0, **common)
+        model = transformers.Qwen3ForCausalLM(cfg)
+    else:
+        cfg = transformers.LlamaConfig(
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 64, "rope_theta": 500000.0},
+            rope_theta=500000.0, **common)
+        model = transformers.LlamaForCausalLM(cfg)
+    _randomize(model, seed)
+    model.eval()
+    model.save_pretrained(out_dir, max_shard_size="2MB" if shard else "10GB")
+    from rubric_jax.models.tokenizer import EMBEDDED_TOKENIZERS, _package_dir
+
+    module, sub = EMBEDDED_TOKENIZERS["qwen3"]
+    src = os.path.join(_package_dir(module, ""), sub)
+    for f in QWEN_TOKENIZER_FILES:
+        shutil.copy(os.path.join(src, f), os.path.join(out_dir, f))
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory):
+    """(checkpoint dir, transformers model) for a tied-embedding tiny Qwen3."""
+    d = str(tmp_path_factory.mktemp("tiny_qwen3"))
+    hf = write_tiny_checkpoint(d, "qwen3", tied=True, seed=0)
+    return d, hf
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_model(tiny_qwen3):
+    from rubric_jax import load_model
+
+    return load_model(tiny_qwen3[0])
+
+
+@pytest.fixture(scope="session")
+def qwen_tokenizer(tiny_qwen3):
+    from rubric_jax import load_tokenizer
+
+    return load_tokenizer(tiny_qwen3[0])
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    from rubric_jax.models.loading import embedded_model_path
+
+    return embedded_model_path("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path):
+    from rubric_jax import load_model
+
+    return load_model(smollm2_path)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    from rubric_jax import load_tokenizer
+
+    return load_tokenizer("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2(smollm2_path):
+    import torch
+    import transformers
+
+    torch.set_num_threads(2)
+    m = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(smollm2_path), gguf_file=os.path.basename(smollm2_path), dtype=torch.float32)
+    return m.eval()
+
+
+def torch_logits(hf_model, tokens, attention_mask=None):
+    import torch
+
+    with torch.no_grad():
+        t = torch.as_tensor(np.asarray(tokens), dtype=torch.long)
+        am = None if attention_mask is None else torch.as_tensor(np.asarray(attention_mask), dtype=torch.long)
+        pos = None
+        if am is not None:
+            pos = (am.cumsum(-1) - 1).clamp(min=0)
+        return hf_model(input_ids=t, attention_mask=am, position_ids=pos).logits.float().numpy()

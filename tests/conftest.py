@@ -44,10 +44,10 @@ def write_tiny_checkpoint(out_dir, arch="qwen3", tied=True, seed=0, shard=False,
         cfg = transformers.Qwen3Config(rope_theta=10000.0, **common)
         model = transformers.Qwen3ForCausalLM(cfg)
     else:
-        cfg = transformers.LlamaConfig(
-            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                          "original_max_position_embeddings": 64, "rope_theta": 500000.0},
-            rope_theta=500000.0, **common)
+        common.setdefault("rope_scaling", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                           "rope_theta": 500000.0})
+        cfg = transformers.LlamaConfig(rope_theta=500000.0, **common)
         model = transformers.LlamaForCausalLM(cfg)
     _randomize(model, seed)
     model.eval()

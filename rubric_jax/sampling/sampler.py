@@ -1,0 +1,133 @@
+"""KV-cache sampler: one prefill per prompt, G-way cache broadcast, on-device decode loop.
+
+Prompts are left-padded to a bucketed length (bounded compilations). The prompt batch (B) is prefilled
+once; its cache is repeated G ways so the G samples of a prompt share one prefill. Decoding runs in a
+`lax.while_loop` that stops when every row has emitted an end-of-sequence id or after max_new_tokens.
+Per token it records the sampled id, its log-probability and the entropy of the sampling distribution
+(temperature-scaled, before top-k/top-p/min-p filtering: the policy that GRPO's ratio refers to).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rubric_jax.models.transformer import KVCache, Transformer
+from rubric_jax.sampling.filters import logprob_and_entropy, sample_from_logits
+
+
+@dataclasses.dataclass
+class SampleOutput:
+    tokens: np.ndarray  # (B*G, max_new) int32, pad_id after the end
+    lengths: np.ndarray  # (B*G,) tokens generated, the end-of-sequence id included
+    logprobs: np.ndarray  # (B*G, max_new) f32, 0 past the end
+    entropy: np.ndarray  # (B*G, max_new) f32, 0 past the end
+    prompt_tokens: np.ndarray  # (B, Tp) left-padded
+    prompt_mask: np.ndarray  # (B, Tp) bool
+    num_samples: int  # G; row b*G + g is sample g of prompt b
+
+    def completion_mask(self) -> np.ndarray:
+        return np.arange(self.tokens.shape[1])[None, :] < self.lengths[:, None]
+
+    def completions(self) -> list[list[int]]:
+        return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths)]
+
+
+def bucket_length(n: int, minimum: int = 16) -> int:
+    """Next power of two up to 512, then multiples of 256: few distinct prompt shapes to compile."""
+    n = max(n, minimum)
+    if n <= 512:
+        return 1 << (n - 1).bit_length()
+    return -(-n // 256) * 256
+
+
+def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int, length: int | None = None):
+    """(tokens (B, T), mask (B, T)) with each prompt right-aligned; T bucketed unless given."""
+    if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("every prompt needs at least one token")
+    longest = max(len(p) for p in prompt_ids)
+    t = length if length is not None else bucket_length(longest)
+    if longest > t:
+        raise ValueError(f"prompt of {longest} tokens exceeds the padded length {t}")
+    tokens = np.full((len(prompt_ids), t), pad_id, np.int32)
+    mask = np.zeros((len(prompt_ids), t), bool)
+    for i, p in enumerate(prompt_ids):
+        tokens[i, t - len(p):] = p
+        mask[i, t - len(p):] = True
+    return tokens, mask
+
+
+def prefill(model: Transformer, tokens_bt, mask_bt, cache_size: int, num_samples: int = 1):
+    """Runs the prompts once; returns (last-position logits (B*G, V), cache broadcast G ways)."""
+    b = tokens_bt.shape[0]
+    cache = KVCache.empty(model.cfg, b, cache_size, dtype=model.dtype)
+    hidden, cache = model(tokens_bt, mask_bt=mask_bt, cache=cache, return_hidden=True)
+    # Left padding puts every prompt's last real token at the final position; only it needs logits.
+    logits = model.logits(hidden[:, -1:])[:, 0]
+    if num_samples > 1:
+        cache = cache.repeat(num_samples)
+        logits = jnp.repeat(logits, num_samples, axis=0)
+    return logits, cache
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "num_samples", "top_k", "use_top_p",
+                                             "eos_ids", "pad_id"))
+def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, min_p, *, max_new_tokens,
+                num_samples, top_k, use_top_p, eos_ids, pad_id):
+    model = nnx.merge(graphdef, state)
+    logits, cache = prefill(model, tokens_bt, mask_bt, tokens_bt.shape[1] + max_new_tokens, num_samples)
+    rows = logits.shape[0]
+    eos = jnp.asarray(eos_ids, jnp.int32)
+
+    def cond(carry):
+        step, _, _, done, *_ = carry
+        return (step < max_new_tokens) & ~jnp.all(done)
+
+    def body(carry):
+        step, cache, logits, done, toks, logps, ents = carry
+        tok = sample_from_logits(jax.random.fold_in(key, step), logits, temperature=temperature, top_k=top_k,
+                                 top_p=top_p, min_p=min_p, use_top_p=use_top_p)
+        logp, ent = logprob_and_entropy(logits, tok, temperature)
+        tok = jnp.where(done, pad_id, tok)
+        toks = toks.at[:, step].set(tok)
+        logps = logps.at[:, step].set(jnp.where(done, 0.0, logp))
+        ents = ents.at[:, step].set(jnp.where(done, 0.0, ent))
+        new_done = done | jnp.isin(tok, eos)
+        m = nnx.merge(graphdef, state)
+        next_logits, cache = m(tok[:, None], mask_bt=~done[:, None], cache=cache)
+        return step + 1, cache, next_logits[:, 0], new_done, toks, logps, ents
+
+    init = (jnp.zeros((), jnp.int32), cache, logits, jnp.zeros((rows,), bool),
+            jnp.full((rows, max_new_tokens), pad_id, jnp.int32),
+            jnp.zeros((rows, max_new_tokens), jnp.float32), jnp.zeros((rows, max_new_tokens), jnp.float32))
+    step, _, _, done, toks, logps, ents = jax.lax.while_loop(cond, body, init)
+    # A row's length counts its tokens up to and including the first end-of-sequence id.
+    is_eos = jnp.isin(toks, eos)
+    first_eos = jnp.where(is_eos.any(-1), jnp.argmax(is_eos, axis=-1) + 1, step)
+    return toks, first_eos.astype(jnp.int32), logps, ents
+
+
+def sample(model: Transformer, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, num_samples: int = 1,
+           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+           eos_ids: Sequence[int], pad_id: int, seed: int | jax.Array = 0, prompt_length: int | None = None
+           ) -> SampleOutput:
+    """Samples num_samples continuations of each prompt (token ids, no chat template applied here)."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0 or not 0 < top_p <= 1 or not 0 <= min_p <= 1 or top_k < 0:
+        raise ValueError(f"bad sampling settings: temperature={temperature} top_k={top_k} top_p={top_p} min_p={min_p}")
+    tokens, mask = left_pad(prompt_ids, pad_id, prompt_length)
+    key = seed if isinstance(seed, jax.Array) else jax.random.key(seed)
+    graphdef, state = nnx.split(model)
+    toks, lengths, logps, ents = _sample_jit(
+        graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), key, jnp.float32(temperature),
+        jnp.float32(top_p), jnp.float32(min_p), max_new_tokens=max_new_tokens, num_samples=num_samples,
+        top_k=int(top_k), use_top_p=top_p < 1.0, eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id))
+    return SampleOutput(tokens=np.asarray(toks), lengths=np.asarray(lengths), logprobs=np.asarray(logps),
+                        entropy=np.asarray(ents), prompt_tokens=tokens, prompt_mask=mask, num_samples=num_samples)

@@ -48,6 +48,10 @@ def test_sampling_frequencies_respect_filters():
     counts = np.bincount(np.asarray(draw), minlength=5) / 4000
     assert counts[3] == 0 and counts[4] == 0
     np.testing.assert_allclose(counts[:3], np.array([0.5, 0.25, 0.15]) / 0.9, atol=0.03)
+    # top-k with top-p: the candidate path gives the same distribution as filtering the whole row.
+    draw = jax.vmap(lambda k: sample_from_logits(k, jnp.asarray(LOGITS), top_k=4, top_p=0.7))(keys)[:, 0]
+    counts = np.bincount(np.asarray(draw), minlength=5) / 4000
+    np.testing.assert_allclose(counts, np.array([0.5, 0.25, 0, 0, 0]) / 0.75, atol=0.03)
     greedy = sample_from_logits(jax.random.key(1), jnp.asarray(LOGITS[:, ::-1]), temperature=0.0)
     assert int(greedy[0]) == 4
 

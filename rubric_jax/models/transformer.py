@@ -37,18 +37,19 @@ _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 class KVCache:
     """Per-layer keys/values plus which slots are real tokens and where the next chunk goes."""
 
-    k: tuple[jax.Array, ...]  # L x (B, S, K, H)
-    v: tuple[jax.Array, ...]  # L x (B, S, K, H)
+    # Heads before slots, so both attention matmuls batch over (B, K) with no transpose of the cache.
+    k: tuple[jax.Array, ...]  # L x (B, K, S, H)
+    v: tuple[jax.Array, ...]  # L x (B, K, S, H)
     valid_bs: jax.Array  # (B, S) bool: slot holds a real (non-pad) token
     index: jax.Array  # () int32: next slot to write
 
     @property
     def size(self) -> int:
-        return self.valid_bs.shape[1]
+        return self.valid_bs.shape[1]  # S
 
     @classmethod
     def empty(cls, cfg: ModelConfig, batch: int, size: int, dtype=jnp.float32) -> "KVCache":
-        shape = (batch, size, cfg.num_kv_heads, cfg.head_dim)
+        shape = (batch, cfg.num_kv_heads, size, cfg.head_dim)
         zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
         return cls(k=zeros, v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
                    valid_bs=jnp.zeros((batch, size), bool), index=jnp.zeros((), jnp.int32))
@@ -148,20 +149,24 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, positions_bt, inv_freq)
         k = apply_rope(k, positions_bt, inv_freq)
+        k = k.transpose(0, 2, 1, 3)  # (B, K, T, H)
+        v = v.transpose(0, 2, 1, 3)
         if kv is not None:
             ck, cv = kv
-            k = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, index, 0, 0))
-            v = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, index, 0, 0))
+            k = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, index, 0))
+            v = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, index, 0))
             kv = (k, v)
         b, t, n, h = q.shape
-        kh = k.shape[2]
-        q = q.reshape(b, t, kh, n // kh, h)  # grouped-query: each kv head serves n/kh query heads
-        scores = jnp.einsum("btkgh,bskh->bkgts", q, k.astype(q.dtype),
+        kh = k.shape[1]
+        # Grouped-query: each kv head serves n/kh query heads, folded into the query-row axis.
+        q = q.reshape(b, t, kh, n // kh, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, (n // kh) * t, h)
+        scores = jnp.einsum("bkqh,bksh->bkqs", q, k.astype(q.dtype),
                             preferred_element_type=jnp.float32) / math.sqrt(h)
+        scores = scores.reshape(b, kh, n // kh, t, -1)
         scores = jnp.where(mask_bts[:, None, None], scores, _MASK_VALUE)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bkgts,bskh->btkgh", probs, v, preferred_element_type=jnp.float32)
-        out = out.reshape(b, t, n, h).astype(x_btd.dtype)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(b, kh, (n // kh) * t, -1)
+        out = jnp.einsum("bkqs,bksh->bkqh", probs, v, preferred_element_type=jnp.float32)
+        out = out.reshape(b, kh, n // kh, t, h).transpose(0, 3, 1, 2, 4).reshape(b, t, n, h).astype(x_btd.dtype)
         return self.o_proj(out), kv
 
 

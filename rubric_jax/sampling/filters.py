@@ -63,10 +63,22 @@ def filter_logits(logits_bv, *, temperature=1.0, top_k: int = 0, top_p=1.0, min_
 
 def sample_from_logits(key, logits_bv, *, temperature=1.0, top_k: int = 0, top_p=1.0, min_p=0.0,
                        use_top_p: bool = True):
-    """Next tokens (B,) int32; temperature 0 means greedy (argmax of the raw logits)."""
-    filtered = filter_logits(logits_bv, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-                             use_top_p=use_top_p)
-    sampled = jax.random.categorical(key, filtered, axis=-1)
+    """Next tokens (B,) int32; temperature 0 means greedy (argmax of the raw logits).
+
+    With top-k set, top-p and min-p run on the k candidates only: the same distribution as filtering
+    the whole vocabulary (ties at the k-th logit aside), without sorting V logits every step.
+    """
+    v = logits_bv.shape[-1]
+    if 0 < top_k < v:
+        vals, idx = jax.lax.top_k(apply_temperature(logits_bv, temperature), top_k)
+        if use_top_p:
+            vals = top_p_filter(vals, top_p)
+        vals = min_p_filter(vals, min_p)
+        choice = jax.random.categorical(key, vals, axis=-1)
+        sampled = jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0]
+    else:
+        filtered = filter_logits(logits_bv, temperature=temperature, top_p=top_p, min_p=min_p, use_top_p=use_top_p)
+        sampled = jax.random.categorical(key, filtered, axis=-1)
     greedy = jnp.argmax(logits_bv, axis=-1)
     return jnp.where(jnp.asarray(temperature) > 0, sampled, greedy).astype(jnp.int32)
 

@@ -77,9 +77,9 @@ def prefill(model: Transformer, tokens_bt, mask_bt, cache_size: int, num_samples
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "num_samples", "top_k", "use_top_p",
-                                             "eos_ids", "pad_id"))
+                                             "greedy", "eos_ids", "pad_id"))
 def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, min_p, *, max_new_tokens,
-                num_samples, top_k, use_top_p, eos_ids, pad_id):
+                num_samples, top_k, use_top_p, greedy, eos_ids, pad_id):
     model = nnx.merge(graphdef, state)
     logits, cache = prefill(model, tokens_bt, mask_bt, tokens_bt.shape[1] + max_new_tokens, num_samples)
     rows = logits.shape[0]
@@ -91,8 +91,11 @@ def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, mi
 
     def body(carry):
         step, cache, logits, done, toks, logps, ents = carry
-        tok = sample_from_logits(jax.random.fold_in(key, step), logits, temperature=temperature, top_k=top_k,
-                                 top_p=top_p, min_p=min_p, use_top_p=use_top_p)
+        if greedy:  # static: no random draw over the vocabulary at all
+            tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        else:
+            tok = sample_from_logits(jax.random.fold_in(key, step), logits, temperature=temperature, top_k=top_k,
+                                     top_p=top_p, min_p=min_p, use_top_p=use_top_p)
         logp, ent = logprob_and_entropy(logits, tok, temperature)
         tok = jnp.where(done, pad_id, tok)
         toks = toks.at[:, step].set(tok)
@@ -128,6 +131,6 @@ def sample(model: Transformer, prompt_ids: Sequence[Sequence[int]], *, max_new_t
     toks, lengths, logps, ents = _sample_jit(
         graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), key, jnp.float32(temperature),
         jnp.float32(top_p), jnp.float32(min_p), max_new_tokens=max_new_tokens, num_samples=num_samples,
-        top_k=int(top_k), use_top_p=top_p < 1.0, eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id))
+        top_k=int(top_k), use_top_p=top_p < 1.0, greedy=temperature == 0, eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id))
     return SampleOutput(tokens=np.asarray(toks), lengths=np.asarray(lengths), logprobs=np.asarray(logps),
                         entropy=np.asarray(ents), prompt_tokens=tokens, prompt_mask=mask, num_samples=num_samples)

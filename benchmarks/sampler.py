@@ -1,0 +1,182 @@
+"""Sampler throughput: our prefill + on-device decode loop vs transformers' generate, same weights, same run.
+
+    python benchmarks/sampler.py                       # embedded SmolLM2-135M, f32, vs transformers (CPU)
+    python benchmarks/sampler.py --model qwen3-0.6b --dtype bfloat16 --no_torch   # random Qwen3 weights (GPU)
+
+Prints a table (prefill and decode tokens/s, the ratio to transformers) and decode's fraction of the
+memory-bandwidth bound: a decode step must read every weight once, so weight_bytes / step_time is the
+achieved weight-read bandwidth; it is compared to a measured device copy bandwidth (bytes read + written
+per second by a large array copy). Writes the figures as JSON with --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rubric_jax import PRESETS, init_model, load_model, load_tokenizer
+from rubric_jax.models.transformer import param_count
+from rubric_jax.sampling import left_pad, prefill, sample
+
+TEXT = ("Once upon a time in a harbour town, a cartographer kept a shop full of maps that no sailor trusted, "
+        "because every chart showed an island that did not exist. One winter morning a girl arrived with a "
+        "compass whose needle pointed at that very island, and she asked the old man to sail with her. ")
+
+
+def make_prompts(tokenizer, n, length, vocab):
+    if tokenizer is None:
+        rng = np.random.RandomState(0)
+        return [rng.randint(0, vocab, length).tolist() for _ in range(n)]
+    base = tokenizer.encode(TEXT * 4)
+    return [base[i:i + length] for i in range(n)]
+
+
+def copy_bandwidth(nbytes=1 << 29, reps=5):
+    """memcpy bandwidth, bytes moved (read + written) per second.
+
+    On CPU: numpy copies into a preallocated buffer, one thread per core (a jitted copy would also time
+    page faults of its fresh output). On an accelerator: a jitted device copy.
+    """
+    if jax.default_backend() == "cpu":
+        import threading
+
+        src = np.ones(nbytes // 4, np.float32)
+        dst = np.empty_like(src)
+        parts = np.array_split(np.arange(src.size), os.cpu_count() or 1)
+
+        def run():
+            ts = [threading.Thread(target=np.copyto, args=(dst[p[0]:p[-1] + 1], src[p[0]:p[-1] + 1])) for p in parts]
+            [t.start() for t in ts]
+            [t.join() for t in ts]
+    else:
+        x = jnp.ones((nbytes // 4,), jnp.float32)
+        f = jax.jit(lambda a: a * 1.0)
+        run = lambda: f(x).block_until_ready()
+    run()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t)
+    return 2 * nbytes / best
+
+
+def time_ours(model, prompts, new_tokens, pad_id, reps):
+    tokens, mask = left_pad(prompts, pad_id)
+    graphdef, state = nnx.split(model)
+    pre = jax.jit(lambda s, t, m: prefill(nnx.merge(graphdef, s), t, m, t.shape[1] + new_tokens)[0])
+    pre(state, tokens, mask).block_until_ready()
+    kw = dict(max_new_tokens=new_tokens, temperature=0.0, eos_ids=(-1,), pad_id=pad_id)
+    sample(model, prompts, **kw)  # compile
+    t_pre, t_all = [], []
+    for _ in range(reps):
+        t = time.perf_counter()
+        pre(state, tokens, mask).block_until_ready()
+        t_pre.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        out = sample(model, prompts, **kw)
+        t_all.append(time.perf_counter() - t)
+    assert (out.lengths == new_tokens).all()
+    return min(t_pre), min(t_all), out
+
+
+def time_torch(path, prompts, new_tokens, pad_id, reps, threads):
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32).eval()
+    ids = torch.tensor(prompts)
+    am = torch.ones_like(ids)
+    with torch.no_grad():
+        hf.generate(ids, attention_mask=am, max_new_tokens=4, do_sample=False, pad_token_id=pad_id)
+        t_pre, t_all = [], []
+        for _ in range(reps):
+            t = time.perf_counter()
+            hf(input_ids=ids, attention_mask=am, use_cache=True)
+            t_pre.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            out = hf.generate(ids, attention_mask=am, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                              do_sample=False, pad_token_id=pad_id)
+            t_all.append(time.perf_counter() - t)
+    return min(t_pre), min(t_all), out[:, ids.shape[1]:].numpy()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct",
+                    help="embedded name / checkpoint path, or a preset name for random weights")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--prompt_len", type=int, default=64)
+    ap.add_argument("--new_tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--no_torch", action="store_true")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    dtype = jnp.dtype(args.dtype)
+
+    random_weights = args.model.lower() in PRESETS
+    if random_weights:
+        model, tokenizer, path = init_model(PRESETS[args.model.lower()], dtype=dtype), None, None
+    else:
+        from rubric_jax.models.loading import resolve_checkpoint
+
+        path = resolve_checkpoint(args.model)
+        model, tokenizer = load_model(path, dtype=dtype), load_tokenizer(args.model)
+    pad_id = tokenizer.pad_id if tokenizer else 0
+    prompts = make_prompts(tokenizer, args.batch, args.prompt_len, model.cfg.vocab_size)
+    weight_bytes = param_count(model) * dtype.itemsize
+
+    ours_pre, ours_all, out = time_ours(model, prompts, args.new_tokens, pad_id, args.reps)
+    n_new = args.batch * args.new_tokens
+    res = {"model": args.model, "dtype": args.dtype, "batch": args.batch, "prompt_len": args.prompt_len,
+           "new_tokens": args.new_tokens, "backend": jax.default_backend(), "device": str(jax.devices()[0]),
+           "cpu": platform.processor() or platform.machine(), "threads": args.threads,
+           "weight_bytes": weight_bytes}
+    ours_decode = ours_all - ours_pre
+    res["ours"] = {"prefill_tok_s": args.batch * args.prompt_len / ours_pre, "decode_tok_s": n_new / ours_decode,
+                   "decode_step_ms": 1e3 * ours_decode / args.new_tokens}
+    bw = copy_bandwidth()
+    res["copy_bandwidth_GBs"] = bw / 1e9
+    res["ours"]["weight_read_GBs"] = weight_bytes / (ours_decode / args.new_tokens) / 1e9
+    res["ours"]["bandwidth_fraction"] = res["ours"]["weight_read_GBs"] * 1e9 / bw
+
+    if not args.no_torch and not random_weights and path.endswith(".gguf") and args.dtype == "float32":
+        t_pre, t_all, hf_tokens = time_torch(path, prompts, args.new_tokens, pad_id, args.reps, args.threads)
+        t_dec = t_all - t_pre
+        res["transformers"] = {"prefill_tok_s": args.batch * args.prompt_len / t_pre, "decode_tok_s": n_new / t_dec,
+                               "decode_step_ms": 1e3 * t_dec / args.new_tokens}
+        res["decode_ratio"] = res["ours"]["decode_tok_s"] / res["transformers"]["decode_tok_s"]
+        res["prefill_ratio"] = res["ours"]["prefill_tok_s"] / res["transformers"]["prefill_tok_s"]
+        res["greedy_tokens_identical_rows"] = int((hf_tokens == out.tokens).all(axis=1).sum())
+
+    print(f"\nsampler benchmark: {args.model} {args.dtype}, {args.batch} prompts x {args.prompt_len} tokens, "
+          f"{args.new_tokens} new tokens (greedy), backend={res['backend']}")
+    print(f"{'':16s}{'prefill tok/s':>16s}{'decode tok/s':>16s}{'ms/step':>10s}")
+    for name in ("ours", "transformers"):
+        if name in res:
+            r = res[name]
+            print(f"{name:16s}{r['prefill_tok_s']:16.1f}{r['decode_tok_s']:16.1f}{r['decode_step_ms']:10.2f}")
+    if "decode_ratio" in res:
+        print(f"{'ratio':16s}{res['prefill_ratio']:15.2f}x{res['decode_ratio']:15.2f}x")
+        print(f"greedy rows identical to transformers: {res['greedy_tokens_identical_rows']}/{args.batch}")
+    print(f"decode weight reads {res['ours']['weight_read_GBs']:.2f} GB/s vs copy bandwidth "
+          f"{res['copy_bandwidth_GBs']:.2f} GB/s -> {100 * res['ours']['bandwidth_fraction']:.1f}% of the bound")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(res, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""Pure reward functions over judge score arrays (DESIGN.md sections 3-6).
+
+Modules: pairwise (RcRL win rates), curriculum (criterion weights), pointwise (absolute and RARE
+rewards, saturation), rare (RARE event statistics), rlmr (constraint penalty), group (advantages, zero-spread filter),
+bonuses (exploration / usefulness), health (judge health metrics).
+"""
+
+from rubric_jax.rewards.group import (
+    ADVANTAGE_KINDS,
+    advantages,
+    standardise_in_group,
+    zero_spread_mask,
+)
+from rubric_jax.rewards.bonuses import (
+    add_bonuses,
+    exploration_bonus,
+    mean_pool,
+    random_projection,
+    usefulness_bonus,
+)
+from rubric_jax.rewards.curriculum import (
+    CURRICULUM_MODES,
+    active_mask,
+    all_active_weights,
+    curriculum_weights,
+    dropout_mask,
+    dropout_weights,
+    introduction_steps,
+    num_active,
+    permute_order,
+    weights_from_mask,
+)
+from rubric_jax.rewards.health import (
+    invalid_fraction,
+    order_agreement,
+    position_bias,
+    position_bias_flat,
+    verdict_entropy,
+)
+from rubric_jax.rewards.pairwise import (
+    all_pairs_mask,
+    circular_pairs_mask,
+    first_win_probs,
+    hard_verdicts,
+    mask_from_pairs,
+    pairs_from_mask,
+    pairwise_reward,
+    symmetrize,
+    win_rates,
+)
+from rubric_jax.rewards.pointwise import (
+    absolute_reward,
+    normalised_scores,
+    rare_reward,
+    replacement_budget,
+    saturated_criteria,
+    switch_bound,
+)
+from rubric_jax.rewards.rare import criterion_stats, replacement_stats, set_stats
+from rubric_jax.rewards.rlmr import (
+    flip_labels,
+    linear_mix,
+    rlmr_delta,
+    rlmr_penalty,
+    verifier_precision_recall,
+)
+
+__all__ = [
+    "ADVANTAGE_KINDS",
+    "CURRICULUM_MODES",
+    "absolute_reward",
+    "active_mask",
+    "add_bonuses",
+    "advantages",
+    "all_active_weights",
+    "all_pairs_mask",
+    "circular_pairs_mask",
+    "criterion_stats",
+    "curriculum_weights",
+    "dropout_mask",
+    "dropout_weights",
+    "exploration_bonus",
+    "first_win_probs",
+    "flip_labels",
+    "hard_verdicts",
+    "introduction_steps",
+    "invalid_fraction",
+    "linear_mix",
+    "mask_from_pairs",
+    "mean_pool",
+    "normalised_scores",
+    "num_active",
+    "order_agreement",
+    "pairs_from_mask",
+    "pairwise_reward",
+    "permute_order",
+    "position_bias",
+    "position_bias_flat",
+    "random_projection",
+    "rare_reward",
+    "replacement_budget",
+    "replacement_stats",
+    "rlmr_delta",
+    "rlmr_penalty",
+    "saturated_criteria",
+    "set_stats",
+    "standardise_in_group",
+    "switch_bound",
+    "symmetrize",
+    "usefulness_bonus",
+    "verdict_entropy",
+    "verifier_precision_recall",
+    "weights_from_mask",
+    "win_rates",
+    "zero_spread_mask",
+]

@@ -1,0 +1,91 @@
+"""Judge health metrics, logged next to the rewards to catch a judge that drifts or breaks.
+
+The self-judge is the frozen base model (DESIGN.md section 4), so its failure modes are known
+ones: a preference for whichever response comes first (seed 000 judges both orders and averages
+to cancel it; its evaluation protocols, appendix D, randomise order for the same reason),
+unparseable verdicts or scores (DESIGN.md section 5: invalid -> marked invalid), and verdicts
+that collapse to certainty or to coin flips.
+
+All functions are pure jnp, jit-able and vmappable; each returns a scalar.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def _as_float(x) -> jnp.ndarray:
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.float32)
+
+
+def _pair_mask(g: int, pair_mask_gg, ndim: int) -> jnp.ndarray:
+    off = ~jnp.eye(g, dtype=bool)
+    m = off if pair_mask_gg is None else jnp.asarray(pair_mask_gg, dtype=bool)
+    m = (m | jnp.swapaxes(m, 0, 1)) & off.reshape((g, g) + (1,) * (m.ndim - 2))
+    return m.reshape(m.shape + (1,) * (ndim - m.ndim))
+
+
+def position_bias(p_first_ggc: jnp.ndarray, pair_mask_gg: jnp.ndarray | None = None) -> jnp.ndarray:
+    """Mean probability that the FIRST-presented response wins, over judged ordered pairs.
+
+        bias = mean_{(a, b) judged, a != b, c} p_first[a, b, c]
+
+    p_first_ggc[a, b, c] as in `pairwise.symmetrize` ((G, G) or (G, G, C)); the diagonal is
+    never used. 0.5 means no position preference; above 0.5 favours the first slot. Since every
+    unordered pair is judged in both orders, a judge with no position preference averages 0.5
+    whatever the quality differences. Returns a scalar (0.5 if nothing was judged).
+    """
+    p = _as_float(p_first_ggc)
+    m = jnp.broadcast_to(_pair_mask(p.shape[0], pair_mask_gg, p.ndim), p.shape)
+    n = jnp.sum(m)
+    return jnp.where(n > 0, jnp.sum(jnp.where(m, p, 0.0)) / jnp.maximum(n, 1), 0.5)
+
+
+def position_bias_flat(p_first_n: jnp.ndarray, valid_n: jnp.ndarray | None = None) -> jnp.ndarray:
+    """`position_bias` for a flat list of judgments: mean of P(first wins) over valid entries."""
+    p = _as_float(p_first_n)
+    v = jnp.ones(p.shape, dtype=bool) if valid_n is None else jnp.asarray(valid_n, dtype=bool)
+    n = jnp.sum(v)
+    return jnp.where(n > 0, jnp.sum(jnp.where(v, p, 0.0)) / jnp.maximum(n, 1), 0.5)
+
+
+def order_agreement(p_first_ggc: jnp.ndarray, pair_mask_gg: jnp.ndarray | None = None) -> jnp.ndarray:
+    """Fraction of judged pairs whose two presentation orders name the same winner.
+
+    For a pair (i, j): order 1 picks i when p_first[i, j] > 0.5; order 2 picks i when
+    p_first[j, i] < 0.5. The pair agrees when both pick the same rollout (exact 0.5 counts as
+    no pick and disagrees). Hard-mode verdicts are 0.5 exactly on the disagreeing pairs.
+    Returns a scalar in [0, 1] (1.0 if nothing was judged).
+    """
+    p = _as_float(p_first_ggc)
+    pt = jnp.swapaxes(p, 0, 1)
+    agree = ((p > 0.5) & (pt < 0.5)) | ((p < 0.5) & (pt > 0.5))
+    m = jnp.broadcast_to(_pair_mask(p.shape[0], pair_mask_gg, p.ndim), p.shape)
+    n = jnp.sum(m)
+    return jnp.where(n > 0, jnp.sum(m & agree) / jnp.maximum(n, 1), 1.0)
+
+
+def invalid_fraction(valid: jnp.ndarray) -> jnp.ndarray:
+    """Fraction of judge outputs that could not be read as a verdict or score: 1 - mean(valid)."""
+    v = jnp.asarray(valid, dtype=bool)
+    return 1.0 - jnp.mean(v.astype(jnp.float32))
+
+
+def verdict_entropy(probs_nk: jnp.ndarray, valid_n: jnp.ndarray | None = None) -> jnp.ndarray:
+    """Mean entropy (nats) of the judge's verdict distributions over the last axis (K options).
+
+        H = mean_n ( - sum_k p_nk log p_nk ),   with 0 log 0 = 0
+
+    K = 2 for pairwise verdicts (e.g. ``stack([p_first, 1 - p_first], -1)``), K = m + 1 for
+    pointwise digit scores. Near 0: the judge is always certain (possibly collapsed); near log K:
+    it is guessing. Rows are renormalised to sum to 1. valid_n (shape probs.shape[:-1]) excludes
+    unreadable outputs. Returns a scalar (0 if nothing is valid).
+    """
+    p = _as_float(probs_nk)
+    p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+    plogp = jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0)
+    h = -jnp.sum(plogp, axis=-1)
+    v = jnp.ones(h.shape, dtype=bool) if valid_n is None else jnp.asarray(valid_n, dtype=bool)
+    n = jnp.sum(v)
+    return jnp.where(n > 0, jnp.sum(jnp.where(v, h, 0.0)) / jnp.maximum(n, 1), 0.0)

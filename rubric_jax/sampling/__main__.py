@@ -1,0 +1,46 @@
+"""Generation demo: python -m rubric_jax.sampling --prompt "Write a haiku about rain." [--model PATH]
+
+Loads a checkpoint (default: the embedded SmolLM2-135M-Instruct), applies the chat template and samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rubric_jax import load_model, load_tokenizer
+from rubric_jax.sampling.api import generate_tokens
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m rubric_jax.sampling", description=__doc__.split("\n")[0])
+    ap.add_argument("--prompt", action="append", required=True, help="user message (repeat for a batch)")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="HF checkpoint dir, .gguf file or embedded name")
+    ap.add_argument("--tokenizer", default=None, help="defaults to --model")
+    ap.add_argument("--max_new_tokens", type=int, default=128)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--top_k", type=int, default=20)
+    ap.add_argument("--top_p", type=float, default=0.8)
+    ap.add_argument("--min_p", type=float, default=0.0)
+    ap.add_argument("--num_samples", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    model = load_model(args.model, dtype=args.dtype)
+    tokenizer = load_tokenizer(args.tokenizer or args.model)
+    print(f"loaded {args.model} in {time.perf_counter() - t0:.1f}s", flush=True)
+    t0 = time.perf_counter()
+    out = generate_tokens(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
+                          num_samples=args.num_samples, temperature=args.temperature, top_k=args.top_k,
+                          top_p=args.top_p, min_p=args.min_p, seed=args.seed)
+    dt = time.perf_counter() - t0
+    for i, completion in enumerate(out.completions()):
+        print(f"\n--- prompt {i // args.num_samples} sample {i % args.num_samples} ---")
+        print(tokenizer.decode(completion))
+    print(f"\n{int(out.lengths.sum())} tokens in {dt:.1f}s (compilation included)")
+
+
+if __name__ == "__main__":
+    main()

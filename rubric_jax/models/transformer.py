@@ -231,8 +231,13 @@ class Transformer(nnx.Module):
         return constrain(out, ("batch", "seq", "vocab"))
 
     def __call__(self, tokens_bt, positions_bt=None, *, mask_bt=None, cache: KVCache | None = None,
-                 return_hidden: bool = False):
-        """Returns (logits_btv f32, or final hidden_btd if return_hidden, new cache or None)."""
+                 chunk_mask_btt=None, return_hidden: bool = False):
+        """Returns (logits_btv f32, or final hidden_btd if return_hidden, new cache or None).
+
+        chunk_mask_btt (B, T, T) replaces the causal mask among the chunk's own tokens (query t may see
+        chunk key u): packed sequences and prefix trees, e.g. several judge suffixes in one row that
+        all see the cached prefix but not each other. Positions must then be given explicitly.
+        """
         tokens_bt = jnp.asarray(tokens_bt, jnp.int32)
         b, t = tokens_bt.shape
         mask_bt = jnp.ones((b, t), bool) if mask_bt is None else jnp.asarray(mask_bt, bool)
@@ -241,17 +246,20 @@ class Transformer(nnx.Module):
             positions_bt = start + jnp.maximum(jnp.cumsum(mask_bt, axis=1) - 1, 0)
         inv_freq = jnp.asarray(rope_inv_freq(self.cfg))
 
+        # Among the chunk's own tokens: causal unless overridden; keys restricted to real tokens.
+        within = jnp.tril(jnp.ones((t, t), bool))[None] if chunk_mask_btt is None else jnp.asarray(chunk_mask_btt, bool)
+        within = within & mask_bt[:, None, :]
         if cache is None:
-            # Causal over the chunk itself; keys restricted to real tokens.
-            causal = jnp.tril(jnp.ones((t, t), bool))
-            mask_bts = causal[None] & mask_bt[:, None, :]
+            mask_bts = within
             index = None
         else:
             index = cache.index
             valid_bs = jax.lax.dynamic_update_slice(cache.valid_bs, mask_bt, (0, index))
-            slots = jnp.arange(cache.size)
-            query_slot = index + jnp.arange(t)
-            mask_bts = valid_bs[:, None, :] & (slots[None, None, :] <= query_slot[None, :, None])
+            # Every real cached token before the chunk, plus the chunk's own keys at [index, index + T).
+            before = cache.valid_bs & (jnp.arange(cache.size) < index)[None, :]
+            placed = jax.lax.dynamic_update_slice(jnp.zeros((b, t, cache.size), bool),
+                                                  jnp.broadcast_to(within, (b, t, t)), (0, 0, index))
+            mask_bts = before[:, None, :] | placed
 
         x = constrain(self.embed_tokens(tokens_bt).astype(self.dtype), ("batch", "seq", "embed"))
         new_k, new_v = [], []

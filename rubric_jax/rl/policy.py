@@ -1,0 +1,200 @@
+"""The GRPO policy update: log-probs of completions, loss gradients over micro-batches, optimizer step.
+
+The policy is the base model with LoRA adapters; only `nnx.LoRAParam` variables are trained. The
+reference policy of the KL term is the same model traced with adapters off (`lora_disabled`), so no
+second copy of the weights exists. Log-probs are computed from final hidden states in chunks over time
+(rubric_jax.rl.logprobs), so the (B, T, V) logits never sit in memory whole.
+
+Gradient accumulation is exact: each micro-batch contributes grad(numerator) and its LossSums; the sum of
+numerator gradients is divided once by the total denominator (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from rubric_jax.models.lora import lora_disabled, lora_dropout
+from rubric_jax.rl.logprobs import token_logprobs_chunked
+from rubric_jax.rl.losses import LossConfig, LossSums, add_sums, finalize, loss_sums
+
+
+@dataclasses.dataclass
+class RolloutBatch:
+    """Prompt + completion sequences of one step. Row b*G + g is rollout g of prompt b."""
+
+    tokens_bt: np.ndarray  # (B, Tp + Tc) int32: left-padded prompt, then the completion (pad after its end)
+    mask_bt: np.ndarray  # (B, Tp + Tc) bool: real tokens
+    prompt_len: int  # Tp: the completion starts at this column for every row
+    completion_mask_bt: np.ndarray  # (B, Tc) bool
+    adv_b: np.ndarray  # (B,) f32
+    old_logp_bt: np.ndarray | None = None  # (B, Tc)
+    ref_logp_bt: np.ndarray | None = None  # (B, Tc)
+
+    @property
+    def size(self) -> int:
+        return self.tokens_bt.shape[0]
+
+    def rows(self, sl: slice) -> "RolloutBatch":
+        take = lambda x: None if x is None else x[sl]
+        return dataclasses.replace(self, tokens_bt=self.tokens_bt[sl], mask_bt=self.mask_bt[sl],
+                                   completion_mask_bt=self.completion_mask_bt[sl], adv_b=self.adv_b[sl],
+                                   old_logp_bt=take(self.old_logp_bt), ref_logp_bt=take(self.ref_logp_bt))
+
+
+def completion_logprobs(model, tokens_bt, mask_bt, prompt_len: int, *, temperature: float = 1.0,
+                        chunk: int = 128):
+    """log pi(y_t | x, y_<t) and the entropy of pi at every completion position: (B, Tc) each."""
+    hidden, _ = model(tokens_bt, mask_bt=mask_bt, return_hidden=True)
+    # Column prompt_len + t holds completion token t; it is predicted from the column before it.
+    h = hidden[:, prompt_len - 1: -1]
+    targets = tokens_bt[:, prompt_len:]
+    return token_logprobs_chunked(h, model.unembed_matrix(), targets, chunk=chunk, temperature=temperature)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "reference", "temperature", "chunk"))
+def _logprobs_jit(graphdef, lora, base, tokens_bt, mask_bt, *, prompt_len, reference, temperature, chunk):
+    model = nnx.merge(graphdef, lora, base)
+    if reference:
+        with lora_disabled():
+            return completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature, chunk=chunk)
+    return completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature, chunk=chunk)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "loss_cfg", "temperature", "chunk"))
+def _grad_jit(graphdef, lora, base, tokens_bt, mask_bt, comp_mask_bt, adv_b, old_logp_bt, ref_logp_bt, key, *,
+              prompt_len, loss_cfg, temperature, chunk):
+    def num_fn(lora):
+        model = nnx.merge(graphdef, lora, base)
+        with lora_dropout(key):
+            logp, ent = completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature,
+                                            chunk=chunk)
+        old = jax.lax.stop_gradient(logp) if old_logp_bt is None else old_logp_bt
+        sums = loss_sums(logp, old, ref_logp_bt, adv_b, comp_mask_bt, loss_cfg, entropy_bt=ent)
+        return sums.num, sums
+
+    grads, sums = jax.grad(num_fn, has_aux=True)(lora)
+    return grads, sums
+
+
+@functools.partial(jax.jit, static_argnames=("optimizer",), donate_argnums=(1, 2))
+def _apply_jit(optimizer, lora, opt_state, grad_sum, den):
+    grads = jax.tree.map(lambda g: g / jnp.maximum(den, 1e-8), grad_sum)
+    gnorm = optax.global_norm(grads)
+    finite = jnp.isfinite(gnorm)
+    updates, new_opt = optimizer.update(grads, opt_state, lora)
+    new_lora = optax.apply_updates(lora, updates)
+    # A non-finite gradient leaves parameters and optimizer state untouched.
+    pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+    return pick(new_lora, lora), pick(new_opt, opt_state), gnorm
+
+
+@dataclasses.dataclass
+class PolicyConfig:
+    micro_batch_size: int = 8
+    num_iterations: int = 1  # updates per batch (mu); > 1 makes the clipped ratio matter
+    temperature: float = 1.0  # the sampling temperature: log-probs are of the same distribution
+    logprob_chunk: int = 128
+    max_bad_steps: int = 5  # consecutive non-finite updates before the run stops
+
+
+class NonFiniteError(FloatingPointError):
+    pass
+
+
+class Policy:
+    """Owns the LoRA parameters and optimizer state; computes log-probs and applies GRPO updates."""
+
+    def __init__(self, model, optimizer: optax.GradientTransformation, loss_cfg: LossConfig,
+                 cfg: PolicyConfig = PolicyConfig()):
+        self.graphdef, self.lora, self.base = nnx.split(model, nnx.LoRAParam, ...)
+        if not jax.tree.leaves(self.lora):
+            raise ValueError("the model has no LoRA parameters: apply_lora first")
+        self.optimizer = optimizer
+        self.opt_state = optimizer.init(self.lora)
+        self.loss_cfg = loss_cfg
+        self.cfg = cfg
+        self.bad_steps = 0
+        self.total_bad_steps = 0
+
+    def model(self):
+        """The current policy as a module (shares arrays with this object)."""
+        return nnx.merge(self.graphdef, self.lora, self.base)
+
+    def _micro(self, batch: RolloutBatch):
+        mb = self.cfg.micro_batch_size
+        for lo in range(0, batch.size, mb):
+            yield batch.rows(slice(lo, lo + mb))
+
+    def logprobs(self, batch: RolloutBatch, *, reference: bool = False) -> np.ndarray:
+        """(B, Tc) log-probs of the completions under the current (or reference) policy."""
+        out = []
+        for mb in self._micro(batch):
+            lp, _ = _logprobs_jit(self.graphdef, self.lora, self.base, jnp.asarray(mb.tokens_bt),
+                                  jnp.asarray(mb.mask_bt), prompt_len=batch.prompt_len, reference=reference,
+                                  temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
+            out.append(np.asarray(lp))
+        return np.concatenate(out, axis=0)
+
+    def gradients(self, batch: RolloutBatch, key) -> tuple[Any, LossSums]:
+        """Sum of numerator gradients over micro-batches and the summed LossSums (not yet divided)."""
+        grad_sum, sums = None, []
+        for i, mb in enumerate(self._micro(batch)):
+            g, s = _grad_jit(self.graphdef, self.lora, self.base, jnp.asarray(mb.tokens_bt), jnp.asarray(mb.mask_bt),
+                             jnp.asarray(mb.completion_mask_bt), jnp.asarray(mb.adv_b, jnp.float32),
+                             None if mb.old_logp_bt is None else jnp.asarray(mb.old_logp_bt),
+                             None if mb.ref_logp_bt is None else jnp.asarray(mb.ref_logp_bt),
+                             jax.random.fold_in(key, i), prompt_len=batch.prompt_len, loss_cfg=self.loss_cfg,
+                             temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
+            grad_sum = g if grad_sum is None else jax.tree.map(jnp.add, grad_sum, g)
+            sums.append(s)
+        return grad_sum, add_sums(*sums)
+
+    def update(self, batch: RolloutBatch, key) -> dict[str, float]:
+        """num_iterations optimizer steps on one batch; returns metrics of the last (and skip counts)."""
+        if self.cfg.num_iterations > 1 and batch.old_logp_bt is None:
+            batch = dataclasses.replace(batch, old_logp_bt=self.logprobs(batch))
+        if self.loss_cfg.kl_coef != 0 and batch.ref_logp_bt is None:
+            batch = dataclasses.replace(batch, ref_logp_bt=self.logprobs(batch, reference=True))
+        metrics = {}
+        for it in range(self.cfg.num_iterations):
+            grad_sum, sums = self.gradients(batch, jax.random.fold_in(key, it))
+            loss, m = finalize(sums)
+            self.lora, self.opt_state, gnorm = _apply_jit(self.optimizer, self.lora, self.opt_state, grad_sum, sums.den)
+            metrics = {k: float(v) for k, v in m.items()}
+            metrics["grad_norm"] = float(gnorm)
+            ok = np.isfinite(metrics["loss"]) and np.isfinite(metrics["grad_norm"])
+            if ok:
+                self.bad_steps = 0
+            else:
+                self.bad_steps += 1
+                self.total_bad_steps += 1
+                if self.bad_steps >= self.cfg.max_bad_steps:
+                    raise NonFiniteError(f"{self.bad_steps} consecutive non-finite updates (loss={metrics['loss']}, "
+                                         f"grad_norm={metrics['grad_norm']}); stopping")
+            metrics["skipped_updates"] = float(self.total_bad_steps)
+        return metrics
+
+
+def make_optimizer(lr: float, *, warmup_steps: int, total_steps: int, weight_decay: float = 0.0,
+                   max_grad_norm: float = 1.0, b1: float = 0.9, b2: float = 0.999,
+                   schedule: str = "cosine") -> optax.GradientTransformation:
+    """AdamW with linear warmup then cosine decay (or constant), after global-norm clipping."""
+    warmup_steps = max(0, min(warmup_steps, total_steps))
+    if schedule == "cosine":
+        sched = optax.warmup_cosine_decay_schedule(0.0 if warmup_steps else lr, lr, warmup_steps,
+                                                   max(total_steps, warmup_steps + 1), end_value=0.0)
+    elif schedule == "constant":
+        sched = optax.join_schedules([optax.linear_schedule(0.0, lr, max(warmup_steps, 1)), optax.constant_schedule(lr)],
+                                     [warmup_steps]) if warmup_steps else optax.constant_schedule(lr)
+    else:
+        raise ValueError(f"unknown schedule {schedule!r} (cosine, constant)")
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
+                       optax.adamw(sched, b1=b1, b2=b2, weight_decay=weight_decay))

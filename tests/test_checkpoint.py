@@ -1,0 +1,205 @@
+"""Checkpointer: round trip, keep-last-N, resume, crash safety, clear errors."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from rubric_jax.rl.checkpoint import Checkpointer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _train_state(seed=0, step=7):
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    lora = {"layers": {"0": {"q": {"lora_a": jax.random.normal(k1, (8, 4)),
+                                   "lora_b": jax.random.normal(k2, (4, 8)).astype(jnp.bfloat16)}}}}
+    tx = optax.adamw(1e-3)
+    opt_state = tx.init(lora)
+    # one real update so mu/nu/count are non-trivial
+    grads = jax.tree.map(lambda x: jnp.ones_like(x) * 0.5, lora)
+    _, opt_state = tx.update(grads, opt_state, lora)
+    return {"lora": lora, "opt_state": opt_state, "rng": jax.random.key_data(jax.random.key(seed + 100)),
+            "step": step}
+
+
+def _assert_tree_equal(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        assert np.shape(x) == np.shape(y)
+        if not isinstance(y, (int, float)):
+            assert x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+
+
+def test_round_trip_with_abstract_target(tmp_path):
+    state = _train_state()
+    meta = {"data": {"epoch": 1, "index": np.int64(42)}, "curriculum": {"active": 3}, "config": {"lr": 5e-6},
+            "rubric_versions": [1, 2]}
+    ck = Checkpointer(tmp_path)
+    assert ck.latest_step() is None
+    assert ck.save(7, state, meta)
+    ck.wait()
+    assert ck.latest_step() == 7
+    abstract = jax.eval_shape(lambda: _train_state(seed=1))
+    restored, rmeta = Checkpointer(tmp_path).restore(target_state=abstract)
+    _assert_tree_equal(restored, state)  # (eval_shape made the int step an int32 ShapeDtypeStruct)
+    assert isinstance(restored["opt_state"][0], optax.ScaleByAdamState)  # the target's structure, not dicts
+    assert int(restored["opt_state"][0].count) == 1
+    assert rmeta == {"data": {"epoch": 1, "index": 42}, "curriculum": {"active": 3}, "config": {"lr": 5e-6},
+                     "rubric_versions": [1, 2]}
+    # the restored key data continues the same random stream
+    key = jax.random.wrap_key_data(restored["rng"])
+    np.testing.assert_array_equal(jax.random.normal(key, (3,)), jax.random.normal(jax.random.key(100), (3,)))
+    ck.close()
+
+
+def test_restore_casts_to_target_dtype_and_wraps_typed_keys(tmp_path):
+    ck = Checkpointer(tmp_path)
+    ck.save(0, {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "key": jax.random.key(3)}, {})
+    target = {"w": jax.ShapeDtypeStruct((2, 3), jnp.bfloat16), "key": jax.eval_shape(lambda: jax.random.key(0))}
+    restored, meta = ck.restore(0, target_state=target)
+    assert restored["w"].dtype == jnp.bfloat16 and meta == {}
+    assert jax.dtypes.issubdtype(restored["key"].dtype, jax.dtypes.prng_key)
+    np.testing.assert_array_equal(jax.random.key_data(restored["key"]), jax.random.key_data(jax.random.key(3)))
+    # a concrete typed key as the target works too
+    restored, _ = ck.restore(0, target_state={"w": np.zeros((2, 3), np.float32), "key": jax.random.key(9)})
+    np.testing.assert_array_equal(jax.random.key_data(restored["key"]), jax.random.key_data(jax.random.key(3)))
+    ck.close()
+
+
+def test_keep_last_n_and_interval(tmp_path):
+    ck = Checkpointer(tmp_path, max_to_keep=2, save_interval_steps=2)
+    saved = [ck.save(s, {"x": np.full((2,), s, np.float32), "step": s}, {"s": s}) for s in range(7)]
+    assert saved == [True, False, True, False, True, False, True]
+    assert ck.save(7, {"x": np.full((2,), 7, np.float32), "step": 7}, {"s": 7}, force=True)
+    ck.wait()
+    assert ck.all_steps() == [6, 7]
+    assert sorted(os.listdir(ck.directory)) == ["6", "7"]
+    ck.close()
+
+
+def test_resume_picks_latest(tmp_path):
+    ck = Checkpointer(tmp_path, max_to_keep=3)
+    for s in (1, 2, 3):
+        ck.save(s, {"x": np.full((3,), s, np.float32), "step": s}, {"s": s})
+    ck.close()
+    ck2 = Checkpointer(tmp_path)  # a restarted process
+    assert ck2.latest_step() == 3
+    state, meta = ck2.restore(target_state={"x": jax.ShapeDtypeStruct((3,), jnp.float32), "step": 0})
+    assert state["step"] == 3 and meta == {"s": 3}
+    np.testing.assert_array_equal(state["x"], [3, 3, 3])
+    state, meta = ck2.restore(2)
+    assert state["step"] == 2 and meta == {"s": 2}
+    ck2.close()
+
+
+def test_async_save(tmp_path):
+    ck = Checkpointer(tmp_path, async_save=True)
+    ck.save(1, {"x": np.ones((4,), np.float32)}, {"a": 1})
+    ck.wait()
+    assert ck.latest_step() == 1
+    state, meta = ck.restore()
+    np.testing.assert_array_equal(state["x"], np.ones(4))
+    ck.close()
+
+
+def test_errors(tmp_path):
+    ck = Checkpointer(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="empty"):
+        ck.restore()
+    ck.save(0, {"params": {"a": np.ones((2, 3), np.float32)}, "step": 0}, {})
+    with pytest.raises(FileNotFoundError, match="step 5"):
+        ck.restore(5)
+    with pytest.raises(ValueError, match=r"params\.b"):
+        ck.restore(target_state={"params": {"b": jax.ShapeDtypeStruct((2, 3), jnp.float32)}, "step": 0})
+    with pytest.raises(ValueError, match=r"params\.a.*\(2, 3\).*\(3, 3\)"):
+        ck.restore(target_state={"params": {"a": jax.ShapeDtypeStruct((3, 3), jnp.float32)}, "step": 0})
+    with pytest.raises(TypeError, match=r"meta\.cfg\.fn"):
+        ck.save(1, {"x": np.ones(1)}, {"cfg": {"fn": object()}})
+    ck.close()
+
+
+def test_stray_unfinalized_directory_is_ignored(tmp_path):
+    """What a crash leaves behind: a step directory under its temporary name, without commit markers."""
+    ck = Checkpointer(tmp_path)
+    ck.save(1, {"x": np.ones((3,), np.float32), "step": 1}, {"s": 1})
+    ck.wait()
+    stray = os.path.join(ck.directory, "2.orbax-checkpoint-tmp")
+    os.makedirs(os.path.join(stray, "state.orbax-checkpoint-tmp", "d"))
+    with open(os.path.join(stray, "state.orbax-checkpoint-tmp", "d", "junk"), "wb") as f:
+        f.write(b"\0" * 100)
+    ck.close()
+    ck2 = Checkpointer(tmp_path)
+    assert ck2.latest_step() == 1
+    state, meta = ck2.restore()
+    assert state["step"] == 1 and meta == {"s": 1}
+    ck2.wait()
+    assert not os.path.exists(stray)  # cleaned up on open
+    # and training continues: step 2 can be saved over the debris
+    assert ck2.save(2, {"x": np.zeros((3,), np.float32), "step": 2}, {"s": 2})
+    ck2.wait()
+    assert ck2.all_steps() == [1, 2]
+    ck2.close()
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    sys.path.insert(0, {repo!r})
+    from rubric_jax.rl.checkpoint import Checkpointer
+    wd = sys.argv[1]
+    big = np.random.default_rng(0).standard_normal((32, 1024, 1024), dtype=np.float32)  # 128 MiB
+    ck = Checkpointer(wd)
+    ck.save(1, {{"w": np.arange(10, dtype=np.float32), "step": 1}}, {{"s": 1}})
+    ck.wait()
+    open(os.path.join(wd, "step1_done"), "w").close()
+    ck.save(2, {{"w": big, "step": 2}}, {{"s": 2}})
+    ck.wait()
+    open(os.path.join(wd, "step2_done"), "w").close()
+""")
+
+
+def test_kill_during_save_keeps_previous_checkpoint(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD.format(repo=REPO))
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.Popen([sys.executable, str(script), str(wd)], env=env)
+    ckdir = wd / "checkpoints"
+    killed_mid_write = False
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            if (wd / "step1_done").exists() and ckdir.exists():
+                names = os.listdir(ckdir)
+                if "2" in names:
+                    break  # finished before we could interrupt it
+                tmp = [n for n in names if n.startswith("2.")]
+                if tmp and sum(len(f) for _, _, f in os.walk(ckdir / tmp[0])) >= 3:  # array data being written
+                    proc.send_signal(signal.SIGKILL)
+                    killed_mid_write = True
+                    break
+            time.sleep(0.002)
+    finally:
+        if proc.poll() is None and not killed_mid_write:
+            proc.kill()
+        proc.wait()
+    assert (wd / "step1_done").exists(), "child failed before its first save"
+    if not killed_mid_write:
+        pytest.skip("the 128 MiB save finished before the kill landed")
+    assert not (wd / "step2_done").exists()
+    ck = Checkpointer(wd)
+    assert ck.latest_step() == 1
+    state, meta = ck.restore(target_state={"w": jax.ShapeDtypeStruct((10,), jnp.float32), "step": 0})
+    assert state["step"] == 1 and meta == {"s": 1}
+    np.testing.assert_array_equal(state["w"], np.arange(10))
+    ck.close()

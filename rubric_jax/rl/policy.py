@@ -84,7 +84,8 @@ def _grad_jit(graphdef, lora, base, tokens_bt, mask_bt, comp_mask_bt, adv_b, old
     return grads, sums
 
 
-@functools.partial(jax.jit, static_argnames=("optimizer",), donate_argnums=(1, 2))
+# No donation: the trainer keeps the pre-step parameters as its crash snapshot.
+@functools.partial(jax.jit, static_argnames=("optimizer",))
 def _apply_jit(optimizer, lora, opt_state, grad_sum, den):
     grads = jax.tree.map(lambda g: g / jnp.maximum(den, 1e-8), grad_sum)
     gnorm = optax.global_norm(grads)

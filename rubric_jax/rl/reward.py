@@ -147,17 +147,17 @@ def usefulness_bonuses(score_nll, prompt_ids: Sequence[Sequence[int]], completio
                        example_ids) -> np.ndarray:
     """u_i = mean_{j != i}[NLL(y_j | x) - NLL(y_j | x, y_i as example)] per group: (B, G).
 
-    `score_nll(contexts, targets) -> per-row mean NLL` runs the reference model; `example_ids(x, y_i)`
-    builds the prompt that shows y_i as an example before asking x again.
+    `score_nll(contexts, targets) -> per-row mean NLL` runs the reference model; `example_ids(b, y_i)`
+    builds prompt b's context that shows y_i as an example before asking the prompt again.
     """
     out = []
-    for x, ys in zip(prompt_ids, completions):
+    for b, (x, ys) in enumerate(zip(prompt_ids, completions)):
         g = len(ys)
         plain = np.asarray(score_nll([x] * g, ys))
         ctx, tgt = [], []
         for i in range(g):
             for j in range(g):
-                ctx.append(example_ids(x, ys[i]) if i != j else x)
+                ctx.append(example_ids(b, ys[i]) if i != j else x)
                 tgt.append(ys[j])
         with_ex = np.asarray(score_nll(ctx, tgt)).reshape(g, g)
         out.append(np.asarray(R.usefulness_bonus(jnp.asarray(plain), jnp.asarray(with_ex))))

@@ -1,0 +1,73 @@
+"""Defaults shared by every experiment config (configs/*.py build on `base_config`).
+
+Defaults are the RcRL paper's (000_...txt Table 6): Qwen3-4B-sized LoRA r=32 alpha=32 dropout 0.05 on all
+projections, lr 5e-6 cosine with 50 warmup steps, 8 prompts x G=8, prompt <= 768 and completion <= 1024
+tokens, top-p 0.8, top-k 20, Dr. GRPO loss, 1300 steps, no KL, one criterion added every 100 steps.
+`tiny_overrides` shrinks any of them to a CPU smoke run on the embedded SmolLM2.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from rubric_jax.models.lora import ALL_TARGETS
+
+
+def base_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.model = ""  # HF checkpoint dir / .gguf / embedded name; "" = the embedded SmolLM2 (logged)
+    c.tokenizer = ""  # defaults to the model's
+    c.dtype = "bfloat16"
+    c.seed = 0
+    c.steps = 1300
+    c.prompts_per_step = 8
+    c.group_size = 8  # G
+    c.max_prompt_len = 768
+    c.max_completion_len = 1024
+    c.rubric = "creative_writing"
+    c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0))
+    c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=20, top_p=0.8, min_p=0.0))
+    c.lora = ml_collections.ConfigDict(dict(rank=32, alpha=32.0, dropout=0.05, targets=list(ALL_TARGETS)))
+    c.optim = ml_collections.ConfigDict(dict(lr=5e-6, warmup_steps=50, schedule="cosine", weight_decay=0.0,
+                                             max_grad_norm=1.0))
+    c.loss = ml_collections.ConfigDict(dict(
+        advantage="dr_grpo",  # grpo | dr_grpo | rloo
+        aggregation="dr_grpo",  # token_mean | seq_mean | dr_grpo
+        eps_low=0.2, eps_high=0.2, dual_clip=0.0,  # 0 disables the dual clip
+        kl_coef=0.0, kl_kind="k3",
+        num_iterations=1, micro_batch_size=8, max_bad_steps=5))
+    c.judge = ml_collections.ConfigDict(dict(mode="logit", pairing="all", max_response_tokens=1024))
+    c.reward = ml_collections.ConfigDict(dict(
+        judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
+        order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
+        usefulness_coef=0.0))
+    c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=3))
+    c.tensorboard = True
+    c.profile_steps = -1  # a step index (or "3,5") to trace with jax.profiler into workdir/profile
+    return c
+
+
+def tiny_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A CPU smoke run: embedded SmolLM2 in f32, 2 prompts x G=2, short completions, 2 steps."""
+    c.model = "smollm2-135m-instruct"
+    c.dtype = "float32"
+    c.steps = 2
+    c.prompts_per_step = 2
+    c.group_size = 2
+    c.max_prompt_len = 128
+    c.max_completion_len = 16
+    c.lora.rank = 4
+    c.lora.alpha = 8.0
+    c.optim.lr = 1e-4
+    c.optim.warmup_steps = 0
+    c.loss.micro_batch_size = 4
+    c.judge.max_response_tokens = 32
+    c.reward.interval = 1
+    c.checkpoint.every = 1
+    return c
+
+
+def finalize(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Locks the config so a misspelt override (--config.stpes=5) is an error, not a silent no-op."""
+    c.lock()
+    return c

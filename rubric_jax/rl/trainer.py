@@ -1,0 +1,247 @@
+"""The GRPO training loop: sample -> judge -> reward -> advantages -> update -> log -> save.
+
+`train(config, workdir)` is the whole job. Everything random is derived from (config.seed, step), and
+the data iterator's state, the LoRA parameters and the optimizer state are checkpointed together, so a
+killed run restarted with the same command continues exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rubric_jax.data import PromptDataset, load_jsonl
+from rubric_jax.judge import Judge, JudgeConfig
+from rubric_jax.models.loading import load_model
+from rubric_jax.models.lora import LoRAConfig, apply_lora
+from rubric_jax.models.tokenizer import load_tokenizer
+from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
+from rubric_jax.rl import diagnostics
+from rubric_jax.rl.checkpoint import Checkpointer
+from rubric_jax.rl.losses import LossConfig
+from rubric_jax.rl.metrics import ConsoleProgress, MetricsWriter, PhaseTimer
+from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
+from rubric_jax.rl.profiling import maybe_profile
+from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_rewards, ordered_criteria, step_weights,
+                                  usefulness_bonuses)
+from rubric_jax.rubrics import load_rubric
+from rubric_jax.sampling import sample
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+@dataclasses.dataclass
+class Setup:
+    """Everything a run holds besides its step counter."""
+
+    config: Any
+    tokenizer: Any
+    base: Any  # frozen base model (judge, reference)
+    policy: Policy
+    judge: Judge
+    criteria: list
+    reward_cfg: RewardConfig
+    dataset: PromptDataset
+    data_iter: Any
+
+
+def _model_name(config) -> str:
+    name = config.model or DEFAULT_MODEL
+    if not config.model:
+        log.warning("config.model is empty: training the embedded default %s (give a Qwen3 checkpoint path for "
+                    "the paper's setting)", DEFAULT_MODEL)
+    return name
+
+
+def build(config) -> Setup:
+    name = _model_name(config)
+    dtype = jnp.dtype(config.dtype)
+    base = load_model(name, dtype=dtype)
+    tokenizer = load_tokenizer(config.tokenizer or name)
+    # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only.
+    graphdef, state = nnx.split(base)
+    policy_model = apply_lora(nnx.merge(graphdef, state), LoRAConfig(
+        rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
+        targets=tuple(config.lora.targets)), seed=config.seed)
+    loss_cfg = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
+                          eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
+                          kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
+                          max_completion_len=config.max_completion_len)
+    optimizer = make_optimizer(config.optim.lr, warmup_steps=config.optim.warmup_steps, total_steps=config.steps,
+                               weight_decay=config.optim.weight_decay, max_grad_norm=config.optim.max_grad_norm,
+                               schedule=config.optim.schedule)
+    policy = Policy(policy_model, optimizer, loss_cfg, PolicyConfig(
+        micro_batch_size=config.loss.micro_batch_size, num_iterations=config.loss.num_iterations,
+        temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps))
+    judge = Judge(base, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
+                  max_response_tokens=config.judge.max_response_tokens)
+    reward_cfg = RewardConfig(**config.reward.to_dict())
+    criteria = ordered_criteria(load_rubric(config.rubric), reward_cfg)
+    records = load_jsonl(config.data.path)
+    dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
+                            shard_index=jax.process_index(), shard_count=jax.process_count())
+    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator())
+
+
+def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
+    """Chat-templated ids; an over-long prompt keeps its start and the assistant cue (truncated=True)."""
+    ids = tokenizer.encode_chat(record.prompt, system=record.system)
+    if len(ids) <= max_len:
+        return ids, False
+    cue = tokenizer.encode(tokenizer.chat("x")[len(tokenizer.chat("x", add_generation_prompt=False)):]) or ids[-4:]
+    return ids[: max_len - len(cue)] + cue, True
+
+
+def _train_state(policy: Policy) -> dict:
+    return {"lora": policy.lora, "opt_state": policy.opt_state}
+
+
+def _restore(setup: Setup, ckpt: Checkpointer) -> int:
+    step = ckpt.latest_step()
+    if step is None:
+        return 0
+    state, meta = ckpt.restore(step, target_state=_train_state(setup.policy))
+    setup.policy.lora = state["lora"]
+    setup.policy.opt_state = state["opt_state"]
+    setup.policy.total_bad_steps = int(meta.get("skipped_updates", 0))
+    setup.data_iter.set_state(meta["data"])
+    log.info("resumed from %s at step %d", ckpt.directory, step)
+    return step
+
+
+def rollout_batch(out, adv_b: np.ndarray) -> RolloutBatch:
+    g = out.num_samples
+    prompt = np.repeat(out.prompt_tokens, g, axis=0)
+    pmask = np.repeat(out.prompt_mask, g, axis=0)
+    cmask = out.completion_mask()
+    return RolloutBatch(tokens_bt=np.concatenate([prompt, out.tokens], axis=1),
+                        mask_bt=np.concatenate([pmask, cmask], axis=1), prompt_len=prompt.shape[1],
+                        completion_mask_bt=cmask, adv_b=adv_b.astype(np.float32))
+
+
+def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, float]:
+    cfg, tok, g = setup.config, setup.tokenizer, setup.config.group_size
+    records = next(setup.data_iter)
+    prompts = [r.prompt for r in records]
+    metrics: dict[str, float] = {}
+
+    with timer.phase("sample"):
+        encoded = [encode_prompt(tok, r, cfg.max_prompt_len) for r in records]
+        out = sample(setup.policy.model(), [e[0] for e in encoded], max_new_tokens=cfg.max_completion_len,
+                     num_samples=g, temperature=cfg.sampling.temperature, top_k=cfg.sampling.top_k,
+                     top_p=cfg.sampling.top_p, min_p=cfg.sampling.min_p, eos_ids=tok.eos_ids, pad_id=tok.pad_id,
+                     seed=jax.random.fold_in(key, 0))
+        completions = out.completions()
+        texts = [tok.decode(c) for c in completions]
+        responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
+
+    with timer.phase("judge"):
+        weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
+        r_bg, rmetrics = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights, setup.reward_cfg,
+                                       seed=step)
+        metrics.update(rmetrics)
+
+    with timer.phase("reward"):
+        r_bg = _add_bonuses(setup, r_bg, out, records, encoded, completions, key, metrics)
+        adv = np.asarray(advantages(jnp.asarray(r_bg), kind=cfg.loss.advantage)).reshape(-1)
+
+    with timer.phase("update"):
+        umetrics = setup.policy.update(rollout_batch(out, adv), jax.random.fold_in(key, 2))
+
+    metrics.update(umetrics)
+    metrics.update({
+        "reward/mean": float(r_bg.mean()), "reward/std": float(r_bg.std(axis=1).mean()),
+        "reward/zero_spread_groups": float(np.asarray(zero_spread_mask(jnp.asarray(r_bg))).mean()),
+        "adv/abs_mean": float(np.abs(adv).mean()), "adv/max": float(adv.max()), "adv/min": float(adv.min()),
+        "prompt_truncated": float(np.mean([e[1] for e in encoded])),
+    })
+    metrics.update(diagnostics.completion_metrics(out, prompts, texts, tok))
+    return metrics
+
+
+def _add_bonuses(setup: Setup, r_bg, out, records, encoded, completions, key, metrics) -> np.ndarray:
+    rc, g = setup.reward_cfg, setup.config.group_size
+    if rc.exploration_coef:
+        batch = rollout_batch(out, np.zeros(out.tokens.shape[0], np.float32))
+        bonus = exploration_bonuses(setup.base, batch.tokens_bt, batch.mask_bt, batch.prompt_len, g, rc,
+                                    jax.random.fold_in(key, 3))
+        metrics["bonus/exploration"] = float(bonus.mean())
+        r_bg = r_bg + rc.exploration_coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
+    if rc.usefulness_coef:
+        groups = [completions[b * g:(b + 1) * g] for b in range(len(encoded))]
+        bonus = usefulness_bonuses(lambda ctx, tgt: diagnostics.mean_nll(setup.policy, ctx, tgt, setup.tokenizer),
+                                   [e[0] for e in encoded], groups,
+                                   lambda b, y: diagnostics.example_context(setup.tokenizer, records[b],
+                                                                            setup.tokenizer.decode(y)))
+        metrics["bonus/usefulness"] = float(bonus.mean())
+        r_bg = r_bg + rc.usefulness_coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
+    return r_bg
+
+
+def train(config, workdir: str) -> list[dict]:
+    """Runs (or resumes) the job in `workdir`; returns the metrics of the steps run in this call."""
+    os.makedirs(workdir, exist_ok=True)
+    setup = build(config)
+    ckpt = Checkpointer(workdir, max_to_keep=config.checkpoint.keep, save_interval_steps=1)
+    start = _restore(setup, ckpt)
+    writer = MetricsWriter(workdir, tensorboard=config.tensorboard, resume_step=start)
+    if start == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2))
+    progress = ConsoleProgress(config.steps, keys=("reward/mean", "reward/std", "loss", "kl", "entropy",
+                                                   "completion_len/mean", "time/judge"))
+    base_key = jax.random.key(config.seed)
+    history, saved = [], start
+    step = start
+    snapshot = _snapshot(setup)
+    try:
+        for step in range(start, config.steps):
+            snapshot = _snapshot(setup)
+            timer = PhaseTimer()
+            with maybe_profile(step, config.profile_steps, workdir):
+                metrics = train_step(setup, step, jax.random.fold_in(base_key, step), timer)
+            done = step + 1
+            if done % config.checkpoint.every == 0 or done == config.steps:
+                with timer.phase("save"):
+                    ckpt.save(done, _train_state(setup.policy), _meta(setup, done, setup.data_iter.get_state()),
+                              force=True)
+                    saved = done
+            metrics.update(timer.metrics())
+            metrics["time/step"] = sum(timer.metrics().values())
+            writer.write_scalars(step, metrics)
+            progress.update(step, metrics)
+            history.append({"step": step, **metrics})
+    except BaseException:
+        # The interrupted step never finished: keep the state from before it (nothing lost on a crash).
+        if step > saved:
+            log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
+            lora, opt_state, data_state = snapshot
+            ckpt.save(step, {"lora": lora, "opt_state": opt_state}, _meta(setup, step, data_state), force=True)
+        raise
+    finally:
+        ckpt.wait()
+        ckpt.close()
+        writer.close()
+    return history
+
+
+def _snapshot(setup: Setup):
+    """References to the state between steps (arrays are immutable, so this copies nothing)."""
+    return setup.policy.lora, setup.policy.opt_state, setup.data_iter.get_state()
+
+
+def _meta(setup: Setup, done: int, data_state: dict) -> dict:
+    return {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
+            "criteria": [c.id for c in setup.criteria]}

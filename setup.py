@@ -26,7 +26,7 @@ setup(
     ],
     extras_require={
         # torch is only the reference implementation in tests; 2.13.0 is the CPU wheel on disk.
-        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate", "peft"],
         "bench": ["trl", "peft"],
     },
 )

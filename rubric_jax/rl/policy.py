@@ -88,7 +88,7 @@ def _grad_jit(graphdef, lora, base, tokens_bt, mask_bt, comp_mask_bt, adv_b, old
 @functools.partial(jax.jit, static_argnames=("optimizer",))
 def _apply_jit(optimizer, lora, opt_state, grad_sum, den):
     grads = jax.tree.map(lambda g: g / jnp.maximum(den, 1e-8), grad_sum)
-    gnorm = optax.global_norm(grads)
+    gnorm = optax.tree.norm(grads)
     finite = jnp.isfinite(gnorm)
     updates, new_opt = optimizer.update(grads, opt_state, lora)
     new_lora = optax.apply_updates(lora, updates)

@@ -154,6 +154,7 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
         metrics.update(rmetrics)
 
     with timer.phase("reward"):
+        metrics["reward/judge_mean"] = float(r_bg.mean())
         r_bg = _add_bonuses(setup, r_bg, out, records, encoded, completions, key, metrics)
         adv = np.asarray(advantages(jnp.asarray(r_bg), kind=cfg.loss.advantage)).reshape(-1)
 

@@ -1,0 +1,20 @@
+"""RcRL + Exploration Bonus (Table 3; appendix B.1): a leverage-score novelty bonus on mean-pooled final
+hidden states, standardised within the group.
+
+  python -m rubric_jax.main --config=configs/rcrl_exploration.py --workdir=/tmp/rcrl_exploration --config.model=/ckpt/Qwen3-4B
+  python -m rubric_jax.main --config=configs/rcrl_exploration.py:tiny --workdir=/tmp/rcrl_exploration_tiny     # CPU smoke run
+
+Expect bonus/exploration near sqrt(d / (G + lambda)) and slightly higher policy_entropy than rcrl.py.
+"""
+
+from rubric_jax.config_base import base_config, finalize, tiny_overrides
+
+
+def get_config(arg=None):
+    c = base_config()
+    c.reward.exploration_coef = 0.1
+    if arg == "tiny":
+        tiny_overrides(c)
+    elif arg:
+        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
+    return finalize(c)

@@ -18,6 +18,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model = ""  # HF checkpoint dir / .gguf / embedded name; "" = the embedded SmolLM2 (logged)
     c.tokenizer = ""  # defaults to the model's
     c.dtype = "bfloat16"
+    c.mesh = ""  # "" = one device; e.g. "fsdp:2,tensor:4" (axes data, fsdp, tensor; product = local devices)
     c.seed = 0
     c.steps = 1300
     c.prompts_per_step = 8

@@ -9,6 +9,10 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config file (configs/*.py[:variant])",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "directory for checkpoints, metrics and traces")
+_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "call jax.distributed.initialize (multi-host)")
+_COORD = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (with --distributed)")
+_NPROC = flags.DEFINE_integer("num_processes", None, "number of processes (with --distributed)")
+_PID = flags.DEFINE_integer("process_id", None, "this process' index (with --distributed)")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -17,6 +21,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     import jax
 
+    if _DISTRIBUTED.value:
+        # With no addresses given, jax detects SLURM / TPU pod / Kubernetes settings itself.
+        jax.distributed.initialize(coordinator_address=_COORD.value, num_processes=_NPROC.value,
+                                   process_id=_PID.value)
     from rubric_jax.rl.trainer import train
 
     if not flags.FLAGS["verbosity"].present:

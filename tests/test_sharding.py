@@ -34,3 +34,15 @@ def test_logical_rules_drop_axes_that_do_not_divide():
     assert logical_to_spec(("embed", "heads", "head_dim"), (64, 4, 32), fake) == PartitionSpec(None, "tensor", None)
     assert logical_to_spec(("batch", "seq"), (6, 10), fake) == PartitionSpec("data", None)
     assert logical_to_spec(("batch", "seq"), (5, 10), fake) == PartitionSpec(None, None)
+
+
+def test_sharded_train_step_matches_single_device(tiny_qwen3):
+    script = os.path.join(os.path.dirname(__file__), "sharded_train_check.py")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, script, tiny_qwen3[0]], capture_output=True, text=True, env=env,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["moved"] > 0
+    assert res["max_diff"] <= 1e-5, res
+    assert abs(res["loss"][0] - res["loss"][1]) <= 1e-5 and res["kl"][0] > 0

@@ -7,8 +7,8 @@ killed run restarted with the same command continues exactly where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -24,6 +24,7 @@ from rubric_jax.data import PromptDataset, load_jsonl
 from rubric_jax.judge import Judge, JudgeConfig
 from rubric_jax.models.loading import load_model
 from rubric_jax.models.lora import LoRAConfig, apply_lora
+from rubric_jax.models.sharding import make_mesh, shard_model, use_mesh
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
 from rubric_jax.rl import diagnostics
@@ -55,6 +56,7 @@ class Setup:
     reward_cfg: RewardConfig
     dataset: PromptDataset
     data_iter: Any
+    mesh: Any = None
 
 
 def _model_name(config) -> str:
@@ -65,16 +67,36 @@ def _model_name(config) -> str:
     return name
 
 
+def parse_mesh(spec: str):
+    """"fsdp:2,tensor:4" -> a device mesh ("" -> None: one device, no sharding annotations)."""
+    if not spec:
+        return None
+    try:
+        axes = [(k.strip(), int(v)) for k, v in (part.split(":") for part in spec.split(","))]
+    except ValueError as e:
+        raise ValueError(f"config.mesh must look like 'data:2,tensor:4', got {spec!r}") from e
+    unknown = {k for k, _ in axes} - {"data", "fsdp", "tensor"}
+    if unknown:
+        raise ValueError(f"config.mesh: unknown axes {sorted(unknown)} (data, fsdp, tensor)")
+    return make_mesh(axes)
+
+
 def build(config) -> Setup:
+    if jax.process_count() > 1:
+        raise NotImplementedError("multi-host training needs global batch assembly, which is not built yet: run "
+                                  "one process per host with a single-host mesh (config.mesh)")
     name = _model_name(config)
     dtype = jnp.dtype(config.dtype)
-    base = load_model(name, dtype=dtype)
+    mesh = parse_mesh(config.mesh)
+    base = load_model(name, dtype=dtype, mesh=mesh)
     tokenizer = load_tokenizer(config.tokenizer or name)
     # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only.
     graphdef, state = nnx.split(base)
     policy_model = apply_lora(nnx.merge(graphdef, state), LoRAConfig(
         rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
         targets=tuple(config.lora.targets)), seed=config.seed)
+    if mesh is not None:
+        shard_model(policy_model, mesh)  # places the new adapters by their logical axes
     loss_cfg = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
                           eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
                           kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
@@ -92,7 +114,7 @@ def build(config) -> Setup:
     records = load_jsonl(config.data.path)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
-    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator())
+    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), mesh)
 
 
 def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
@@ -211,7 +233,7 @@ def train(config, workdir: str) -> list[dict]:
         for step in range(start, config.steps):
             snapshot = _snapshot(setup)
             timer = PhaseTimer()
-            with maybe_profile(step, config.profile_steps, workdir):
+            with maybe_profile(step, config.profile_steps, workdir), _mesh_context(setup.mesh):
                 metrics = train_step(setup, step, jax.random.fold_in(base_key, step), timer)
             done = step + 1
             if done % config.checkpoint.every == 0 or done == config.steps:
@@ -236,6 +258,10 @@ def train(config, workdir: str) -> list[dict]:
         ckpt.close()
         writer.close()
     return history
+
+
+def _mesh_context(mesh):
+    return use_mesh(mesh) if mesh is not None else contextlib.nullcontext()
 
 
 def _snapshot(setup: Setup):

@@ -8,7 +8,7 @@ Expect reward/mean to climb and saturate and policy_entropy to fall (the paper r
 within ~300 steps without a curriculum).
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
@@ -16,8 +16,4 @@ def get_config(arg=None):
     c.reward.judging = "absolute"
     c.reward.curriculum = False
     c.reward.weighting = "equal"
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

@@ -6,14 +6,10 @@
 Expect reward/mean to rise within each curriculum phase and dip when a new criterion enters.
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
     c = base_config()
     c.reward.judging = "absolute"
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

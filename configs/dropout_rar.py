@@ -7,7 +7,7 @@ dropped with probability q (at least one kept) to make the objective non-station
 Expect active_criteria to fluctuate around 13 * (1 - q) from step to step.
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
@@ -16,8 +16,4 @@ def get_config(arg=None):
     c.reward.curriculum = False
     c.reward.weighting = "equal"
     c.reward.dropout_q = 0.5
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

@@ -8,7 +8,7 @@ Expect the same shape as rcrl.py at twice the curriculum pace; the paper reports
 over Qwen3-4B (+25.4% on the consensus subset).
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
@@ -17,8 +17,4 @@ def get_config(arg=None):
     c.data.path = "health"
     c.reward.interval = 50
     c.steps = 650
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

@@ -7,15 +7,11 @@ permutation of the criteria. Pick the permutation with --config.reward.order_see
 Expect the same dynamics as rcrl.py with criteria entering in a different order (weight/* names).
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
     c = base_config()
     c.reward.order = "random"
     c.reward.order_seed = 1
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

@@ -7,15 +7,11 @@ Expect reward/mean fixed at 0.5 (pairwise) with a steady reward/std; all 13 crit
 (13x the judging cost of RcRL's first phase).
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
     c = base_config()
     c.reward.curriculum = False
     c.reward.weighting = "equal"
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

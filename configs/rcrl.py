@@ -8,13 +8,9 @@ reward/std), one new criterion every 100 steps (active_criteria), and policy_ent
 paper reports +577 ELO on Creative Writing Bench v3 (GPT-5.2 judge) after 1300 steps with Qwen3-4B.
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
     c = base_config()
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

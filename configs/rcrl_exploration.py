@@ -7,14 +7,10 @@ hidden states, standardised within the group.
 Expect bonus/exploration near sqrt(d / (G + lambda)) and slightly higher policy_entropy than rcrl.py.
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
     c = base_config()
     c.reward.exploration_coef = 0.1
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

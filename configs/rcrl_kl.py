@@ -7,15 +7,11 @@ The paper gives no coefficient; 0.04 is the beta that TRL (which the paper train
 Expect kl to stay small and positive; one extra reference log-prob pass per step.
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
     c = base_config()
     c.loss.kl_coef = 0.04
     c.loss.kl_kind = "k3"
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

@@ -7,15 +7,11 @@ usefulness bonus (how much showing a rollout as an example lowers the NLL of its
 Usefulness costs G * (G - 1) extra scoring passes per prompt; expect time/reward to grow accordingly.
 """
 
-from rubric_jax.config_base import base_config, finalize, tiny_overrides
+from rubric_jax.config_base import base_config, finalize
 
 
 def get_config(arg=None):
     c = base_config()
     c.reward.exploration_coef = 0.1
     c.reward.usefulness_coef = 0.1
-    if arg == "tiny":
-        tiny_overrides(c)
-    elif arg:
-        raise ValueError(f"unknown variant {arg!r} (expected none or 'tiny')")
-    return finalize(c)
+    return finalize(c, arg)

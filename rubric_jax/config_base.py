@@ -68,7 +68,15 @@ def tiny_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
-def finalize(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Locks the config so a misspelt override (--config.stpes=5) is an error, not a silent no-op."""
+VARIANTS = ("tiny",)
+
+
+def finalize(c: ml_collections.ConfigDict, variant: str | None = None) -> ml_collections.ConfigDict:
+    """Applies the variant (":tiny" after the config path) and locks the config, so that a misspelt
+    override (--config.stpes=5) is an error rather than a silent no-op."""
+    if variant == "tiny":
+        tiny_overrides(c)
+    elif variant:
+        raise ValueError(f"unknown config variant {variant!r} (expected none or one of {VARIANTS})")
     c.lock()
     return c

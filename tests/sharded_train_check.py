@@ -10,7 +10,6 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax
 import numpy as np
-from flax import nnx
 
 from rubric_jax import load_model
 from rubric_jax.models.lora import LoRAConfig, apply_lora

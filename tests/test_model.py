@@ -1,10 +1,8 @@
 """Model parity with transformers on tiny random checkpoints, config parsing, presets, loader errors."""
 
-import json
 import os
 import shutil
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -5,7 +5,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from rubric_jax import PRESETS, init_model
 from rubric_jax.models.lora import LoRAConfig, apply_lora

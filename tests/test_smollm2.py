@@ -2,7 +2,6 @@
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from conftest import torch_logits
 from rubric_jax import generate

@@ -3,7 +3,6 @@ README's main command trains on the embedded SmolLM2 and resumes."""
 
 import glob
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -121,7 +120,9 @@ def test_main_trains_the_embedded_model_and_resumes(tmp_path):
     """The README's first command (tiny variant), then the same command with more steps resumes."""
     wd = str(tmp_path / "run")
     cmd = [sys.executable, "-m", "rubric_jax.main", "--config=configs/rcrl.py:tiny", f"--workdir={wd}"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # The restart reuses the first run's compiled programs through JAX's persistent compilation cache.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax_cache"),
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "step 1/2" in p.stdout  # progress counts steps from 0

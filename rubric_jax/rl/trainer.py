@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import os
-import time
 from typing import Any
 
 import jax

@@ -1,0 +1,174 @@
+"""Judge throughput on the embedded SmolLM2 (issue 3 benchmark; not a test).
+
+G responses of R tokens to a P-token prompt, C criteria (the creative-writing rubric), all pairs in
+both orders: G (G - 1) C pairwise judgments. Pairwise judgments per second for
+
+  (a) tree   the prefix-shared logit judge (heads shared by all pairs with the same first response,
+             bodies shared by all criteria, criteria packed as tree-masked suffixes)
+  (b) none   the same verdict readout without sharing: every judgment re-encodes its whole sequence
+  (c) gen    generate-then-parse without sharing, >= 16 generated tokens per judgment (what a framework
+             calling a judge server does)
+
+Each variant runs once to compile, then is timed (`--repeat` runs, best kept); the judgment cache is
+off. (b) and (c) are timed on the first `--baseline_g` responses (all their ordered pairs, all
+criteria) unless --full: their per-judgment cost does not depend on G, and on CPU the full set takes
+many minutes. Prints a table with ratios, writes JSON (--out), and with --profile_dir writes a
+jax.profiler trace of one (a) pass.
+
+    python benchmarks/judge.py --out /tmp/judge_bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from rubric_jax import load_model, load_tokenizer  # noqa: E402
+from rubric_jax.judge import Judge  # noqa: E402
+from rubric_jax.rubrics import load_rubric  # noqa: E402
+
+WORDS = ("the old lighthouse keeper watched storm roll over grey sea while her daughter counted ships that never "
+         "came home one night a small boat appeared carrying letter written in strange hand she opened it and "
+         "found map of island nobody had seen for hundred years wind howled through broken windows as they "
+         "decided to follow at dawn gulls cried above rocks waves crashed against cliffs memory of lost father "
+         "returned quiet courage grew inside them both").split()
+
+
+def text_of_tokens(tok, n: int, seed: int) -> str:
+    """Deterministic story-like text that encodes to exactly n tokens (re-encoding checked)."""
+    rng = random.Random(seed)
+    words = []
+    while len(tok.encode(" ".join(words))) < n + 8:
+        sent = [rng.choice(WORDS) for _ in range(rng.randint(6, 14))]
+        sent[0] = sent[0].capitalize()
+        words.extend(sent[:-1] + [sent[-1] + "."])
+    ids = tok.encode(" ".join(words))[:n]
+    text = tok.decode(ids)
+    for _ in range(5):  # decode/encode round trips can shift a token; trim until exact
+        ids = tok.encode(text)
+        if len(ids) == n:
+            return text
+        text = tok.decode(ids[:n])
+    return text
+
+
+def timed(fn, repeat: int):
+    """(best wall seconds, process CPU seconds of that run) after one compiling run.
+
+    CPU seconds (all threads) are reported too: on a shared machine they track the work done
+    better than wall time does."""
+    fn()  # compile
+    best = (float("inf"), float("inf"))
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        best = min(best, (time.perf_counter() - t0, time.process_time() - c0))
+    return best
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--g", type=int, default=8)
+    ap.add_argument("--response_tokens", type=int, default=128)
+    ap.add_argument("--prompt_tokens", type=int, default=64)
+    ap.add_argument("--criteria", type=int, default=13)
+    ap.add_argument("--gen_tokens", type=int, default=16)
+    ap.add_argument("--baseline_g", type=int, default=3, help="responses used to time (b) and (c)")
+    ap.add_argument("--full", action="store_true", help="time (b) and (c) on all G responses too")
+    ap.add_argument("--skip", default="", help="comma list of variants to skip: tree,none,gen")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--tokens_per_call", type=int, default=0)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--profile_dir", default="")
+    args = ap.parse_args(argv)
+
+    t0 = time.perf_counter()
+    model = load_model(args.model, dtype=jnp.dtype(args.dtype))
+    tok = load_tokenizer(args.model)
+    print(f"loaded {args.model} ({args.dtype}) in {time.perf_counter() - t0:.1f}s on {jax.default_backend()}",
+          flush=True)
+    prompt = text_of_tokens(tok, args.prompt_tokens, seed=1000)
+    responses = [text_of_tokens(tok, args.response_tokens, seed=i) for i in range(args.g)]
+    crits = list(load_rubric("creative_writing"))[: args.criteria]
+    g, c = args.g, len(crits)
+    bg = g if args.full else min(args.baseline_g, g)
+    common = dict(cache_entries=0, max_response_tokens=args.response_tokens, max_prompt_tokens=args.prompt_tokens)
+    if args.tokens_per_call:
+        common["tokens_per_call"] = args.tokens_per_call
+    skip = set(filter(None, args.skip.split(",")))
+    rows = {}
+
+    def run_variant(name, judge, n_resp, **kw):
+        n = n_resp * (n_resp - 1) * c
+        fn = lambda: judge.pairwise(prompt, responses[:n_resp], crits, **kw)  # noqa: E731
+        secs, cpu = timed(fn, args.repeat)
+        st = judge.stats
+        rows[name] = dict(judgments=n, seconds=secs, judgments_per_s=n / secs, cpu_seconds=cpu,
+                          judgments_per_cpu_s=n / cpu, g=n_resp,
+                          compilations=st.compilations, padded_tokens_per_pass=st.padded_tokens // (args.repeat + 1),
+                          real_tokens_per_pass=st.real_tokens // (args.repeat + 1),
+                          generated_tokens_per_judgment=st.generated_tokens / max(1, st.judgments))
+        print(f"  {name:5s} {n:5d} judgments  {secs:8.2f}s (cpu {cpu:8.2f}s)  {n / secs:9.2f} judg/s  "
+              f"(tokens/pass: padded {rows[name]['padded_tokens_per_pass']}, "
+              f"real {rows[name]['real_tokens_per_pass']})",
+              flush=True)
+        return judge
+
+    if "tree" not in skip:
+        ja = run_variant("tree", Judge(model, tok, sharing="tree", **common), g)
+        if args.profile_dir:
+            jax.profiler.start_trace(args.profile_dir)
+            ja.pairwise(prompt, responses, crits)
+            jax.profiler.stop_trace()
+            print(f"  profile trace written to {args.profile_dir}")
+    if "none" not in skip:
+        run_variant("none", Judge(model, tok, sharing="none", **common), bg)
+    if "gen" not in skip:
+        n_gen = bg * (bg - 1) * c
+        run_variant("gen", Judge(model, tok, mode="generate", gen_max_new_tokens=args.gen_tokens, gen_ignore_eos=True,
+                                 gen_batch=n_gen, **common), bg)
+
+    print(f"\nSmolLM2 judge, G={g}, response {args.response_tokens} tok, prompt {args.prompt_tokens} tok, C={c}, "
+          f"all pairs x both orders, {jax.default_backend()} {args.dtype}")
+    print(f"{'variant':34s} {'judgments':>9s} {'seconds':>9s} {'judg/s':>9s} {'a / x':>7s} "
+          f"{'cpu s':>9s} {'judg/cpu s':>10s} {'a / x':>7s}")
+    names = {"tree": "(a) prefix-shared logit judge", "none": "(b) no prefix sharing",
+             "gen": f"(c) generate {args.gen_tokens} tok then parse"}
+    a_rate = rows.get("tree", {}).get("judgments_per_s")
+    a_cpu = rows.get("tree", {}).get("judgments_per_cpu_s")
+    for key, label in names.items():
+        if key not in rows:
+            continue
+        r = rows[key]
+        ratio = a_rate / r["judgments_per_s"] if a_rate else float("nan")
+        ratio_cpu = a_cpu / r["judgments_per_cpu_s"] if a_cpu else float("nan")
+        print(f"{label:34s} {r['judgments']:9d} {r['seconds']:9.2f} {r['judgments_per_s']:9.2f} {ratio:6.1f}x "
+              f"{r['cpu_seconds']:9.2f} {r['judgments_per_cpu_s']:10.2f} {ratio_cpu:6.1f}x")
+    summary = {}
+    for key, tag in (("none", "b"), ("gen", "c")):
+        if a_rate and key in rows:
+            summary[f"a_over_{tag}"] = a_rate / rows[key]["judgments_per_s"]
+            summary[f"a_over_{tag}_cpu"] = a_cpu / rows[key]["judgments_per_cpu_s"]
+    print("targets: a/b >= 3x, a/c >= 10x;", {k: round(v, 2) for k, v in summary.items()})
+    if args.out:
+        out = dict(config=vars(args), backend=jax.default_backend(), device=str(jax.devices()[0]),
+                   machine=platform.machine(), rows=rows, summary=summary)
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=2)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,782 @@
+"""The judge engine: rollouts and criteria in, verdict matrices out (DESIGN.md sections 4 and 5).
+
+    judge = Judge(model, tokenizer)
+    res = judge.pairwise(prompt, responses, rubric)            # PairwiseResult: p[G, G, C], win rates, ...
+    res = judge.pointwise(prompt, responses, rubric)           # PointwiseResult: s[G, C], valid[G, C]
+
+Work flow of one call (several prompts can be judged together with *_batch):
+  1. tokenize the prompt, each response (cut to the token budget) and each criterion once;
+  2. list the judgments: ordered pairs (a, b) of the pairing x criteria (pairwise) or responses x
+     criteria (pointwise); look each up in the judgment cache;
+  3. plan the missing ones as a prefix tree: heads [instructions, prompt, response a] (one per first
+     response), under each head one unit per second response: its body [response b, question] and
+     the criteria's suffixes [criterion, answer cue] packed into lanes; reads at each answer cue;
+  4. pad to bucketed shapes (lengths on a geometric ladder with 4 steps per octave, counts likewise)
+     and run `forward.tree_score_jit` in calls of about `tokens_per_call` tokens;
+  5. verdict = softmax over the verdict tokens only; both orders averaged (`rewards.symmetrize`)
+     or argmax'ed (`rewards.hard_verdicts`); health metrics from `rewards.health`.
+Modes: "logit" (soft), "hard" (argmax), "generate" (rationale then an answer line, parsed; unreadable
+answers are invalid). sharing="none" scores every judgment as one full sequence (benchmark baseline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+import time
+import weakref
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rubric_jax.judge import forward
+from rubric_jax.judge.cache import JudgmentCache, criterion_digest, digest
+from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
+from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, digit_token_ids
+from rubric_jax.rewards import health
+from rubric_jax.rewards.pairwise import hard_verdicts, symmetrize, win_rates
+from rubric_jax.rubrics.types import Criterion, Rubric
+
+MODES = ("logit", "hard", "generate")
+SHARING = ("tree", "none")
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration, statistics, results
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeConfig:
+    prompt: PromptConfig = PromptConfig()
+    mode: str = "logit"  # logit | hard | generate
+    pairing: str = "all"  # all | circular | swiss
+    circular_k: int = 1
+    sharing: str = "tree"  # tree (prefix-shared) | none (each judgment a full sequence)
+    tokens_per_call: int = 0  # padded tokens per scoring call; 0 = 16k on CPU, 128k on accelerators
+    lane_tokens: int = 128  # lane lengths tried for packing criterion suffixes go up to 4x this
+    len_steps: int = 4  # length buckets per octave (16, 20, 24, 28, 32, 40, ...)
+    # lax.scan over the layers: compiles one block instead of num_layers (much faster compiles), at the
+    # cost of a stacked copy of the layer weights held by the judge. False: unrolled, no copy.
+    scan_layers: bool = True
+    min_verdict_mass: float = 0.0  # logit/hard: invalid if the verdict tokens hold less probability
+    cache_entries: int = 1_000_000  # judgment cache size (0 disables it)
+    # generate mode
+    gen_max_new_tokens: int = 64
+    gen_temperature: float = 1.0
+    gen_top_k: int = 1  # greedy by default
+    gen_batch: int = 64  # prompts per sampler call
+    gen_ignore_eos: bool = False  # always generate gen_max_new_tokens (benchmarks)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode: unknown {self.mode!r}; expected one of {MODES}")
+        if self.pairing not in PAIRINGS:
+            raise ValueError(f"pairing: unknown {self.pairing!r}; expected one of {PAIRINGS}")
+        if self.sharing not in SHARING:
+            raise ValueError(f"sharing: unknown {self.sharing!r}; expected one of {SHARING}")
+
+
+@dataclasses.dataclass
+class JudgeStats:
+    """Running totals over the judge's life (reset with `reset`)."""
+
+    judgments: int = 0  # verdicts computed by the model
+    cache_hits: int = 0  # verdicts served from the cache
+    truncations: int = 0  # responses cut to the token budget
+    prompt_truncations: int = 0
+    invalid: int = 0  # verdicts that could not be read
+    model_calls: int = 0
+    padded_tokens: int = 0  # tokens the device processed, padding included
+    real_tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    shapes: set = dataclasses.field(default_factory=set)  # distinct jitted call signatures
+
+    @property
+    def compilations(self) -> int:
+        return len(self.shapes)
+
+    def as_dict(self) -> dict[str, float]:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "shapes"}
+        d["compilations"] = self.compilations
+        d["judgments_per_s"] = self.judgments / self.seconds if self.seconds > 0 else 0.0
+        return d
+
+    def reset(self) -> None:
+        self.__dict__.update(JudgeStats().__dict__)
+
+
+@dataclasses.dataclass
+class PairwiseResult:
+    p: np.ndarray  # (G, G, C) p_c(i > j), p + p^T = 1 off the diagonal, 0.5 on it and on unjudged pairs
+    p_first: np.ndarray  # (G, G, C) P(first wins | a first, b second), NaN where not judged
+    valid: np.ndarray  # (G, G, C) bool: the ordered judgment (a first, b second) gave a readable verdict
+    mask: np.ndarray  # (G, G) bool: pairs judged (symmetric, diagonal False)
+    win_rates: np.ndarray  # (G, C) over judged pairs (rewards.win_rates)
+    metrics: dict[str, float]
+
+
+@dataclasses.dataclass
+class PointwiseResult:
+    scores: np.ndarray  # (G, C) float: expected score (logit), argmax (hard) or parsed (generate)
+    valid: np.ndarray  # (G, C) bool
+    probs: np.ndarray  # (G, C, M + 1) distribution over digits 0..M (zeros above each m_c); NaN in generate
+    max_points: np.ndarray  # (C,) m_c
+    metrics: dict[str, float]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def bucket(n: int, steps: int = 4, minimum: int = 16, multiple: int = 8) -> int:
+    """Smallest value >= n on the ladder 2^k * (1 + s / steps), s < steps, rounded up to `multiple`."""
+    n = max(int(n), 1)
+    if n <= minimum:
+        return minimum
+    base = 1 << (n.bit_length() - 1)  # largest power of two <= n
+    if base < minimum:
+        base = minimum
+    for s in range(steps + 1):
+        cand = base + (base * s) // steps
+        cand = -(-cand // multiple) * multiple
+        if cand >= n:
+            return cand
+    return 2 * base
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def pow2_floor(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def as_criteria(criteria) -> list[Criterion]:
+    if isinstance(criteria, Rubric):
+        return list(criteria.criteria)
+    if isinstance(criteria, Criterion):
+        return [criteria]
+    out = list(criteria)
+    for k, c in enumerate(out):
+        if not isinstance(c, Criterion):
+            raise TypeError(f"criteria[{k}]: expected a Criterion, got {type(c).__name__}")
+    if not out:
+        raise ValueError("criteria: need at least one criterion")
+    return out
+
+
+def model_fingerprint(model) -> str:
+    """Identifies a model's weights cheaply (config plus a few parameter slices)."""
+    h = hashlib.sha256(repr(model.cfg).encode())
+    leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+    for x in leaves[:2] + leaves[-2:]:
+        h.update(np.asarray(jnp.ravel(jnp.asarray(x))[:256], np.float32).tobytes())
+    return f"{model.cfg.name}:{h.hexdigest()[:16]}"
+
+
+def _parse_pair(text: str, labels: tuple[str, str]) -> int:
+    """0 if the answer names the first label, 1 the second, -1 if no answer can be read."""
+    alt = "|".join(re.escape(lab) for lab in labels)
+    hits = re.findall(rf"(?:answer|verdict|better response)\s*[:=\-]?\s*\**\s*(?:response\s*)?({alt})(?![\w])",
+                      text, flags=re.IGNORECASE)
+    if not hits:
+        stripped = text.strip().strip("*").strip()
+        hits = [stripped] if stripped in labels else []
+    if not hits:
+        return -1
+    last = hits[-1]
+    for k, lab in enumerate(labels):
+        if last.lower() == lab.lower():
+            return k
+    return -1
+
+
+def _parse_score(text: str, max_points: int) -> int:
+    hits = re.findall(r"score\s*[:=]?\s*\**\s*(\d+)", text, flags=re.IGNORECASE)
+    if not hits:
+        stripped = text.strip().strip("*").strip()
+        hits = [stripped] if stripped.isdigit() else []
+    if not hits:
+        return -1
+    s = int(hits[-1])
+    return s if 0 <= s <= max_points else -1
+
+
+@dataclasses.dataclass
+class _Job:
+    """One head/body pair and the criteria still to score on it."""
+
+    head: tuple[int, ...]
+    body: tuple[int, ...]
+    crits: list[int]  # criterion indices (into the call's suffix table)
+    out: list[Any]  # per criterion: output slot key
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge
+
+
+class Judge:
+    """A frozen judge model plus its prompts, compiled scoring functions, cache and statistics.
+
+    The model's weights are captured when the Judge is built (the judge is frozen); call
+    `refresh()` after changing them.
+    """
+
+    def __init__(self, model, tokenizer, config: JudgeConfig | None = None, *, model_id: str | None = None,
+                 cache: JudgmentCache | None = None, **overrides):
+        config = config or JudgeConfig()
+        prompt_fields = {f.name for f in dataclasses.fields(PromptConfig)}
+        prompt_over = {k: overrides.pop(k) for k in list(overrides) if k in prompt_fields}
+        if prompt_over:
+            overrides["prompt"] = dataclasses.replace(config.prompt, **prompt_over)
+        if overrides:
+            config = dataclasses.replace(config, **overrides)
+        self.config = config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.prompts = PromptBuilder(tokenizer, config.prompt)
+        self.model_id = model_id or model_fingerprint(model)
+        self.cache = cache if cache is not None else JudgmentCache(config.cache_entries)
+        self.stats = JudgeStats()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-reads the model's weights (and restacks them for the layer scan)."""
+        self.graphdef, self.state = nnx.split(self.model)
+        stacked = forward.stack_layers(self.model) if self.config.scan_layers else None
+        self.layer_graphdef, self.layer_states = stacked if stacked is not None else (None, None)
+
+    @property
+    def tokens_per_call(self) -> int:
+        if self.config.tokens_per_call:
+            return self.config.tokens_per_call
+        return 16384 if jax.default_backend() == "cpu" else 131072
+
+    # ---- device calls ------------------------------------------------------------------------
+    def _run_tree(self, jobs: list[_Job], suffixes: list[tuple[int, ...]], ids: list[int]):
+        """Scores every (job, criterion) with the prefix-tree forward. Returns {out key: (logits, lse)}.
+
+        Each job is one unit: its body plus its criteria's suffixes packed into lanes of L tokens
+        (first fit, longest first). Units are grouped under their head.
+        """
+        cfg = self.config
+        if not jobs:
+            return {}
+        longest = max(len(suffixes[ci]) for job in jobs for ci in job.crits)
+
+        def pack(job, lane):
+            """First fit, longest first: lists of (criterion, out key) whose suffixes fit in `lane` tokens."""
+            order = sorted(zip(job.crits, job.out), key=lambda e: -len(suffixes[e[0]]))
+            lanes, fill = [], []
+            for ci, key in order:
+                n = len(suffixes[ci])
+                for li in range(len(lanes)):
+                    if fill[li] + n <= lane:
+                        lanes[li].append((ci, key))
+                        fill[li] += n
+                        break
+                else:
+                    lanes.append([(ci, key)])
+                    fill.append(n)
+            return lanes
+
+        # Lane length: the ladder value that minimises padded lane tokens weighted by their cost (a fixed
+        # per-token cost plus attention over head + body + lane keys). Distinct criteria sets are few.
+        context = max(len(j.head) + len(j.body) for j in jobs)
+        sets = {tuple(sorted(j.crits)): j for j in jobs}
+        best = None
+        for lane in sorted({bucket(x, cfg.len_steps) for x in range(longest, max(longest, cfg.lane_tokens) * 4 + 1, 8)}
+                           | {bucket(longest, cfg.len_steps)}):
+            if lane < longest:
+                continue
+            lc = max(len(pack(j, lane)) for j in sets.values())
+            cost = lc * lane * (1000 + context + lane)
+            if best is None or cost < best[0]:
+                best = (cost, lane)
+        lane = best[1]
+        heads: dict[tuple[int, ...], list] = {}
+        for job in jobs:
+            heads.setdefault(job.head, []).append((job.body, pack(job, lane)))
+        head_list = list(heads.items())
+        t1 = bucket(max(len(h) for h, _ in head_list), cfg.len_steps)
+        jn = max(len(us) for _, us in head_list)
+        tb = max(8, bucket(max(len(b) for _, us in head_list for b, _ in us), cfg.len_steps) if
+                 any(len(b) for _, us in head_list for b, _ in us) else 8)
+        lc = max(len(ls) for _, us in head_list for _, ls in us)
+        r = pow2(max(sum(len(x) for x in ls) for _, us in head_list for _, ls in us))
+        per_head = t1 + jn * (tb + lc * lane)
+        hn = max(1, min(bucket(len(head_list), 4, 1, 1), pow2_floor(self.tokens_per_call // per_head)))
+        ids_arr = jnp.asarray(ids, jnp.int32)
+        pad = self.tokenizer.pad_id
+        results = {}
+        for start in range(0, len(head_list), hn):
+            chunk = head_list[start:start + hn]
+            htok = np.full((hn, t1), pad, np.int32)
+            hmask = np.zeros((hn, t1), bool)
+            btok = np.full((hn, jn, tb), pad, np.int32)
+            bvalid = np.zeros((hn, jn, tb), bool)
+            ltok = np.full((hn, jn, lc, lane), pad, np.int32)
+            lseg = np.zeros((hn, jn, lc, lane), np.int32)
+            lrel = np.zeros((hn, jn, lc, lane), np.int32)
+            read = np.zeros((hn, jn, r), np.int32)
+            slots = []
+            for hi, (head, units) in enumerate(chunk):
+                htok[hi, :len(head)] = head
+                hmask[hi, :len(head)] = True
+                self.stats.real_tokens += len(head)
+                for ui, (body, lanes) in enumerate(units):
+                    btok[hi, ui, :len(body)] = body
+                    bvalid[hi, ui, :len(body)] = True
+                    self.stats.real_tokens += len(body)
+                    k = 0
+                    for li, members in enumerate(lanes):
+                        pos = 0
+                        for si, (ci, key) in enumerate(members):
+                            sfx = suffixes[ci]
+                            ns = len(sfx)
+                            ltok[hi, ui, li, pos:pos + ns] = sfx
+                            lseg[hi, ui, li, pos:pos + ns] = si + 1
+                            lrel[hi, ui, li, pos:pos + ns] = np.arange(ns)
+                            read[hi, ui, k] = li * lane + pos + ns - 1
+                            slots.append((hi, ui, k, key))
+                            k += 1
+                            pos += ns
+                            self.stats.real_tokens += ns
+            self.stats.shapes.add(("tree", hn, t1, jn, tb, lc, lane, r, len(ids)))
+            self.stats.model_calls += 1
+            self.stats.padded_tokens += hn * per_head
+            vl, lse = forward.tree_score_jit(self.graphdef, self.state, self.layer_graphdef, self.layer_states,
+                                             jnp.asarray(htok), jnp.asarray(hmask), jnp.asarray(btok),
+                                             jnp.asarray(bvalid), jnp.asarray(ltok), jnp.asarray(lseg),
+                                             jnp.asarray(lrel), jnp.asarray(read), ids_arr)
+            vl, lse = np.asarray(vl), np.asarray(lse)
+            for hi, ui, k, key in slots:
+                results[key] = (vl[hi, ui, k], lse[hi, ui, k])
+        return results
+
+    def _run_full(self, jobs: list[_Job], suffixes: list[tuple[int, ...]], ids: list[int]):
+        """Baseline/reference: every (job, criterion) as its own full sequence."""
+        seqs = [(job.head + job.body + suffixes[ci], key) for job in jobs for ci, key in zip(job.crits, job.out)]
+        if not seqs:
+            return {}
+        t = bucket(max(len(s) for s, _ in seqs), self.config.len_steps)
+        b = max(1, min(bucket(len(seqs), 4, 1, 1), pow2_floor(self.tokens_per_call // t)))
+        ids_arr = jnp.asarray(ids, jnp.int32)
+        results = {}
+        for start in range(0, len(seqs), b):
+            chunk = seqs[start:start + b]
+            tok = np.full((b, t), self.tokenizer.pad_id, np.int32)
+            valid = np.zeros((b, t), bool)
+            read = np.zeros((b,), np.int32)
+            for i, (s, _) in enumerate(chunk):
+                tok[i, :len(s)] = s
+                valid[i, :len(s)] = True
+                read[i] = len(s) - 1
+                self.stats.real_tokens += len(s)
+            self.stats.shapes.add(("full", b, t, len(ids)))
+            self.stats.model_calls += 1
+            self.stats.padded_tokens += b * t
+            vl, lse = forward.full_score_jit(self.graphdef, self.state, jnp.asarray(tok), jnp.asarray(valid),
+                                             jnp.asarray(read), ids_arr)
+            vl, lse = np.asarray(vl), np.asarray(lse)
+            for i, (_, key) in enumerate(chunk):
+                results[key] = (vl[i], lse[i])
+        return results
+
+    def _run_generate(self, seqs: list[tuple[int, ...]]) -> list[str]:
+        from rubric_jax.sampling import sample
+
+        cfg = self.config
+        texts = []
+        for start in range(0, len(seqs), cfg.gen_batch):
+            chunk = [list(s) for s in seqs[start:start + cfg.gen_batch]]
+            # bucketed batch and prompt length bound the sampler's compilations; padding rows are dropped
+            rows = bucket(len(chunk), 4, 1, 1)
+            padded = chunk + [chunk[0]] * (rows - len(chunk))
+            self.stats.shapes.add(("generate", rows, bucket(max(map(len, chunk)), cfg.len_steps)))
+            out = sample(self.model, padded, max_new_tokens=cfg.gen_max_new_tokens, num_samples=1,
+                         temperature=cfg.gen_temperature, top_k=cfg.gen_top_k,
+                         eos_ids=(-1,) if cfg.gen_ignore_eos else self.tokenizer.eos_ids,
+                         pad_id=self.tokenizer.pad_id, seed=start,
+                         prompt_length=bucket(max(map(len, chunk)), cfg.len_steps))
+            toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
+            self.stats.model_calls += 1
+            for i in range(len(chunk)):
+                n = int(lens[i])
+                self.stats.generated_tokens += n
+                texts.append(self.tokenizer.decode(toks[i, :n].tolist()))
+        return texts
+
+    # ---- tokenization shared by both kinds ---------------------------------------------------
+    def _prep(self, prompt: str, responses: Sequence[str]):
+        pc = self.config.prompt
+        p_ids, cut = self.prompts.cut(prompt, pc.max_prompt_tokens)
+        self.stats.prompt_truncations += int(cut)
+        r_ids = []
+        for resp in responses:
+            ids, cut = self.prompts.cut(resp, pc.max_response_tokens)
+            self.stats.truncations += int(cut)
+            r_ids.append(ids)
+        trunc = (pc.max_prompt_tokens, pc.max_response_tokens)
+        d_prompt = digest(prompt, repr(trunc))
+        d_resp = [digest(x) for x in responses]
+        return p_ids, r_ids, d_prompt, d_resp
+
+    def _mode(self, mode):
+        mode = mode or self.config.mode
+        if mode not in MODES:
+            raise ValueError(f"mode: unknown {mode!r}; expected one of {MODES}")
+        return mode
+
+    def _score(self, kind: str, mode: str, work: list[tuple], suffix_of, ids: list[int], sharing: str):
+        """work: list of (cache key, head, body, suffix table index). Returns {cache key: array}.
+
+        Array: [verdict logits..., lse] for logit/hard, [parsed verdict] for generate.
+        """
+        out, todo = {}, []
+        for key, head, body, si in work:
+            if key in out:
+                continue
+            hit = self.cache.get(key)
+            if hit is not None:
+                out[key] = hit
+                self.stats.cache_hits += 1
+            else:
+                todo.append((key, head, body, si))
+                out[key] = None
+        if not todo:
+            return out
+        self.stats.judgments += len(todo)
+        if mode == "generate":
+            seqs = [head + body + suffix_of[si] for _, head, body, si in todo]
+            texts = self._run_generate(seqs)
+            for (key, _, _, si), text in zip(todo, texts):
+                v = np.asarray([suffix_of.parse(si, text)], np.float32)
+                out[key] = v
+                self.cache.put(key, v)
+            return out
+        jobs: dict[tuple, _Job] = {}
+        for key, head, body, si in todo:
+            job = jobs.setdefault((head, body), _Job(head, body, [], []))
+            job.crits.append(si)
+            job.out.append(key)
+        run = self._run_tree if sharing == "tree" else self._run_full
+        res = run(list(jobs.values()), suffix_of.table, ids)
+        for key, (vl, lse) in res.items():
+            v = np.concatenate([np.asarray(vl, np.float32), np.asarray([lse], np.float32)])
+            out[key] = v
+            self.cache.put(key, v)
+        return out
+
+    # ---- pairwise ----------------------------------------------------------------------------
+    def pairwise(self, prompt: str, responses: Sequence[str], criteria, *, mode: str | None = None,
+                 pairing: str | None = None, seed: int = 0, sharing: str | None = None) -> PairwiseResult:
+        return self.pairwise_batch([prompt], [responses], criteria, mode=mode, pairing=pairing, seed=seed,
+                                   sharing=sharing)[0]
+
+    def pairwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
+                       mode: str | None = None, pairing: str | None = None, seed: int = 0,
+                       sharing: str | None = None) -> list[PairwiseResult]:
+        """Judges several prompts' groups together (one set of device calls per Swiss round).
+
+        criteria: a Rubric / list of Criterion shared by all prompts, or one per prompt.
+        """
+        t0 = time.perf_counter()
+        mode = self._mode(mode)
+        pairing = pairing or self.config.pairing
+        sharing = sharing or self.config.sharing
+        if pairing not in PAIRINGS:
+            raise ValueError(f"pairing: unknown {pairing!r}; expected one of {PAIRINGS}")
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
+        per_prompt = self._criteria_per_prompt(criteria, len(prompts))
+        gen = mode == "generate"
+        label_ids = self.prompts.label_ids
+        suffix_of = _SuffixTable(self.prompts, "pair", gen, labels=self.config.prompt.labels)
+        mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
+                                    self.config.gen_top_k)) if gen else "logit"
+        groups = []
+        for q, (prompt, resps, crits) in enumerate(zip(prompts, responses, per_prompt)):
+            p_ids, r_ids, d_p, d_r = self._prep(prompt, resps)
+            g, c = len(resps), len(crits)
+            heads = [self.prompts.head("pair", p_ids, r_ids[a], gen) for a in range(g)]
+            bodies = [self.prompts.body(r_ids[b], gen) for b in range(g)]
+            sidx = [suffix_of.add(cr) for cr in crits]
+            dcs = [criterion_digest(cr) for cr in crits]
+            groups.append(dict(g=g, c=c, heads=heads, bodies=bodies, sidx=sidx, d_p=d_p, d_r=d_r, dcs=dcs,
+                               vals=np.full((g, g, c, 3), np.nan, np.float32), mask=np.zeros((g, g), bool)))
+        rng = np.random.default_rng(seed)
+
+        def judge_pairs(pairs_per_group):
+            work, where = [], []
+            for gr, pairs in zip(groups, pairs_per_group):
+                for i, j in np.asarray(pairs).reshape(-1, 2):
+                    i, j = int(i), int(j)
+                    gr["mask"][i, j] = gr["mask"][j, i] = True
+                    for a, b in ((i, j), (j, i)):
+                        for c in range(gr["c"]):
+                            key = JudgmentCache.key(self.model_id, self.prompts.fingerprint, "pair", mode_class,
+                                                    gr["d_p"], gr["d_r"][a], gr["d_r"][b], gr["dcs"][c])
+                            work.append((key, gr["heads"][a], gr["bodies"][b], gr["sidx"][c]))
+                            where.append((gr, a, b, c, key))
+            got = self._score("pair", mode, work, suffix_of, label_ids, sharing)
+            for gr, a, b, c, key in where:
+                v = got[key]
+                if gen:
+                    gr["vals"][a, b, c] = _gen_pair_vals(v[0])
+                else:
+                    gr["vals"][a, b, c] = v
+
+        if pairing == "swiss":
+            played = [np.zeros((gr["g"], gr["g"]), bool) for gr in groups]
+            for _ in range(max(num_swiss_rounds(gr["g"]) for gr in groups)):
+                round_pairs = []
+                for gr, pl in zip(groups, played):
+                    if gr.get("rounds", 0) >= num_swiss_rounds(gr["g"]):
+                        round_pairs.append(np.zeros((0, 2), np.int32))
+                        continue
+                    standing = _standing(gr, mode, self.config.min_verdict_mass)
+                    prs = swiss_round(standing, pl, rng)
+                    bye = bye_of(prs, gr["g"])
+                    if bye is not None:
+                        pl[bye, bye] = True
+                    for i, j in prs:
+                        pl[i, j] = pl[j, i] = True
+                    gr["rounds"] = gr.get("rounds", 0) + 1
+                    round_pairs.append(prs)
+                judge_pairs(round_pairs)
+        else:
+            judge_pairs([pairs_for(pairing, gr["g"], k=self.config.circular_k) for gr in groups])
+
+        results = [self._pair_result(gr, mode) for gr in groups]
+        self.stats.seconds += time.perf_counter() - t0
+        return results
+
+    def _pair_result(self, gr, mode) -> PairwiseResult:
+        g, c = gr["g"], gr["c"]
+        vals, mask = gr["vals"], gr["mask"]
+        judged = np.broadcast_to(mask[:, :, None], (g, g, c))
+        if mode == "generate":
+            p_first = vals[..., 0]
+            valid = judged & ~np.isnan(p_first)
+        else:
+            lg = vals[..., :2].astype(np.float64)
+            mx = np.max(lg, axis=-1, keepdims=True)
+            e = np.exp(lg - mx)
+            p_first = (e[..., 0] / e.sum(-1)).astype(np.float32)
+            mass = np.log(e.sum(-1)) + mx[..., 0] - vals[..., 2]  # log P(verdict tokens) under the full softmax
+            valid = judged & np.isfinite(p_first)
+            if self.config.min_verdict_mass > 0:
+                valid &= mass >= math.log(self.config.min_verdict_mass)
+        p_first = np.where(judged, p_first, np.nan).astype(np.float32)
+        # An unreadable order is replaced by what the other order implies; both unreadable -> 0.5.
+        pt = np.swapaxes(p_first, 0, 1)
+        vt = np.swapaxes(valid, 0, 1)
+        filled = np.where(valid, p_first, np.where(vt, 1.0 - pt, 0.5))
+        filled = np.where(judged, filled, 0.5).astype(np.float32)
+        if mode == "logit":
+            p = symmetrize(jnp.asarray(filled))
+        else:  # hard, generate: argmax verdict per order, orders averaged (0.5 when they disagree)
+            p = hard_verdicts(jnp.stack([jnp.asarray(filled), 1.0 - jnp.asarray(filled)], -1))
+        p = np.where(judged | np.eye(g, dtype=bool)[:, :, None], np.asarray(p), 0.5).astype(np.float32)
+        w = np.asarray(win_rates(jnp.asarray(p), jnp.asarray(mask)))
+        self.stats.invalid += int((judged & ~valid).sum())
+        pf0 = np.where(valid, p_first, 0.0)
+        metrics = {
+            "judgments": float(judged.sum()),
+            "position_bias": float(health.position_bias_flat(jnp.asarray(pf0[judged]), jnp.asarray(valid[judged]))),
+            "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid[judged]))) if judged.any() else 0.0,
+            "verdict_entropy": float(health.verdict_entropy(jnp.stack([jnp.asarray(pf0), 1.0 - jnp.asarray(pf0)], -1),
+                                                            jnp.asarray(valid))),
+            "order_agreement": float(health.order_agreement(jnp.asarray(filled), jnp.asarray(mask))),
+        }
+        return PairwiseResult(p=p, p_first=p_first, valid=valid, mask=mask.copy(), win_rates=w, metrics=metrics)
+
+    # ---- pointwise ---------------------------------------------------------------------------
+    def pointwise(self, prompt: str, responses: Sequence[str], criteria, *, mode: str | None = None,
+                  sharing: str | None = None) -> PointwiseResult:
+        return self.pointwise_batch([prompt], [responses], criteria, mode=mode, sharing=sharing)[0]
+
+    def pointwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
+                        mode: str | None = None, sharing: str | None = None) -> list[PointwiseResult]:
+        t0 = time.perf_counter()
+        mode = self._mode(mode)
+        sharing = sharing or self.config.sharing
+        per_prompt = self._criteria_per_prompt(criteria, len(prompts))
+        gen = mode == "generate"
+        m_all = max(cr.max_points for crits in per_prompt for cr in crits)
+        ids = digit_token_ids(self.tokenizer, m_all)
+        suffix_of = _SuffixTable(self.prompts, "point", gen)
+        mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
+                                    self.config.gen_top_k)) if gen else "logit"
+        work, where, groups = [], [], []
+        for prompt, resps, crits in zip(prompts, responses, per_prompt):
+            p_ids, r_ids, d_p, d_r = self._prep(prompt, resps)
+            gr = dict(g=len(resps), crits=crits)
+            groups.append(gr)
+            for a in range(len(resps)):
+                head = self.prompts.head("point", p_ids, r_ids[a], gen)
+                for c, cr in enumerate(crits):
+                    key = JudgmentCache.key(self.model_id, self.prompts.fingerprint, "point", mode_class, d_p, d_r[a],
+                                            "", criterion_digest(cr))
+                    work.append((key, head, (), suffix_of.add(cr)))
+                    where.append((gr, a, c, key))
+        got = self._score("point", mode, work, suffix_of, ids, sharing)
+        for gr in groups:
+            gr["raw"] = {}
+        for gr, a, c, key in where:
+            gr["raw"][a, c] = got[key]
+        results = []
+        for gr in groups:
+            results.append(self._point_result(gr, mode, m_all))
+        self.stats.seconds += time.perf_counter() - t0
+        return results
+
+    def _point_result(self, gr, mode, m_all) -> PointwiseResult:
+        g, crits = gr["g"], gr["crits"]
+        c_n = len(crits)
+        mc = np.asarray([cr.max_points for cr in crits], np.int32)
+        scores = np.zeros((g, c_n), np.float32)
+        valid = np.zeros((g, c_n), bool)
+        probs = np.full((g, c_n, m_all + 1), np.nan if mode == "generate" else 0.0, np.float32)
+        for (a, c), v in gr["raw"].items():
+            m = int(mc[c])
+            if mode == "generate":
+                s = int(v[0])
+                valid[a, c] = s >= 0
+                scores[a, c] = max(s, 0)
+                continue
+            lg = v[: m + 1].astype(np.float64)
+            mx = lg.max()
+            e = np.exp(lg - mx)
+            pr = e / e.sum()
+            probs[a, c, : m + 1] = pr
+            mass = math.log(e.sum()) + mx - float(v[-1])
+            ok = bool(np.all(np.isfinite(pr)))
+            if self.config.min_verdict_mass > 0:
+                ok &= mass >= math.log(self.config.min_verdict_mass)
+            valid[a, c] = ok
+            scores[a, c] = float(np.argmax(pr)) if mode == "hard" else float(np.dot(pr, np.arange(m + 1)))
+        scores = np.where(valid, scores, 0.0).astype(np.float32)
+        self.stats.invalid += int((~valid).sum())
+        if mode == "generate":
+            ent = 0.0
+        else:
+            ent = float(health.verdict_entropy(jnp.asarray(probs), jnp.asarray(valid)))
+        metrics = {"judgments": float(g * c_n), "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid))),
+                   "verdict_entropy": ent}
+        return PointwiseResult(scores=scores, valid=valid, probs=probs, max_points=mc, metrics=metrics)
+
+    # ---- misc --------------------------------------------------------------------------------
+    @staticmethod
+    def _criteria_per_prompt(criteria, n: int) -> list[list[Criterion]]:
+        if isinstance(criteria, (Rubric, Criterion)):
+            return [as_criteria(criteria)] * n
+        criteria = list(criteria)
+        if criteria and all(isinstance(c, Criterion) for c in criteria):
+            return [as_criteria(criteria)] * n
+        if len(criteria) != n:
+            raise ValueError(f"criteria: expected one rubric for all prompts or one per prompt ({n}), "
+                             f"got {len(criteria)}")
+        return [as_criteria(c) for c in criteria]
+
+    def metrics(self) -> dict[str, float]:
+        d = self.stats.as_dict()
+        d["cache_entries"] = len(self.cache)
+        return d
+
+
+class _SuffixTable:
+    """Criterion suffix token sequences of one call, deduplicated; parses generate-mode answers."""
+
+    def __init__(self, prompts: PromptBuilder, kind: str, generate: bool, labels=("1", "2")):
+        self.prompts, self.kind, self.generate = prompts, kind, generate
+        self.labels = tuple(lab.strip() for lab in labels)
+        self.table: list[tuple[int, ...]] = []
+        self.crits: list[Criterion] = []
+        self._index: dict[Criterion, int] = {}
+
+    def add(self, c: Criterion) -> int:
+        if c not in self._index:
+            self._index[c] = len(self.table)
+            self.table.append(self.prompts.suffix(self.kind, c, self.generate))
+            self.crits.append(c)
+        return self._index[c]
+
+    def __getitem__(self, i: int) -> tuple[int, ...]:
+        return self.table[i]
+
+    def parse(self, i: int, text: str) -> int:
+        if self.kind == "pair":
+            return _parse_pair(text, self.labels)
+        return _parse_score(text, self.crits[i].max_points)
+
+
+def _gen_pair_vals(v: float) -> np.ndarray:
+    """Generate-mode verdict index (0 first, 1 second, -1 unreadable) -> [P(first wins), nan, nan]."""
+    return np.asarray([{0: 1.0, 1: 0.0}.get(int(v), np.nan), np.nan, np.nan], np.float32)
+
+
+def _standing(gr, mode, min_mass) -> np.ndarray:
+    """Current Swiss standing: mean over judged opponents and criteria of p(i > j)."""
+    g = gr["g"]
+    if not gr["mask"].any():
+        return np.zeros(g)
+    vals = gr["vals"]
+    if mode == "generate":
+        pf = vals[..., 0]
+    else:
+        lg = vals[..., :2].astype(np.float64)
+        pf = 1.0 / (1.0 + np.exp(lg[..., 1] - lg[..., 0]))
+    pf = np.where(np.isnan(pf), 0.5, pf)
+    p = np.asarray(symmetrize(jnp.asarray(pf)))
+    return np.asarray(win_rates(jnp.asarray(p), jnp.asarray(gr["mask"]))).mean(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Module-level API with a small per-model judge registry
+
+
+_JUDGES: list[tuple[Any, Any, tuple, Judge]] = []
+
+
+def get_judge(model, tokenizer, **config) -> Judge:
+    """The Judge for (model, tokenizer, config), built once and reused (compilations, cache)."""
+    key = tuple(sorted(config.items()))
+    for wm, wt, k, judge in _JUDGES:
+        if wm() is model and wt() is tokenizer and k == key:
+            return judge
+    judge = Judge(model, tokenizer, **config)
+    _JUDGES[:] = [e for e in _JUDGES if e[0]() is not None][-3:]
+    _JUDGES.append((weakref.ref(model), weakref.ref(tokenizer), key, judge))
+    return judge
+
+
+def pairwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria, mode: str = "logit", *,
+             pairing: str = "all", seed: int = 0, return_result: bool = False, **config):
+    """p[G, G, C] = p_c(i > j), both presentation orders averaged (p + p^T = 1 off the diagonal,
+    0.5 on the diagonal and on pairs the pairing did not judge). criteria: a Rubric or list of Criterion.
+    return_result=True gives the full PairwiseResult (mask, win rates, per-order verdicts, metrics)."""
+    res = get_judge(model, tokenizer, **config).pairwise(prompt, responses, criteria, mode=mode, pairing=pairing,
+                                                         seed=seed)
+    return res if return_result else res.p
+
+
+def pointwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria, mode: str = "logit", *,
+              return_result: bool = False, **config):
+    """(s[G, C], valid[G, C]): score per response and criterion on 0..m_c (expected score in logit mode,
+    argmax in hard mode, parsed in generate mode) and whether it could be read."""
+    res = get_judge(model, tokenizer, **config).pointwise(prompt, responses, criteria, mode=mode)
+    return res if return_result else (res.scores, res.valid)
+
+
+__all__ = ["Judge", "JudgeConfig", "JudgeStats", "PairwiseResult", "PointwiseResult", "MODES", "SHARING",
+           "bucket", "get_judge", "pairwise", "pointwise", "model_fingerprint"]

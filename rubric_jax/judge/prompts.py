@@ -1,0 +1,195 @@
+"""Judge prompts, rendered with the judge model's chat template and cut into token segments.
+
+A pairwise judgment is the token sequence head(a) + body(b) + suffix(c):
+
+    head(a)    [system + instructions, "Task", prompt, "Response A", response a, "Response B" heading]
+    body(b)    [response b, the question, "Criterion" heading]
+    suffix(c)  [criterion c, a one-line reminder of the question, end of user turn, assistant start,
+                answer cue]
+
+and a pointwise one head(a) + suffix(c), with head(a) = [..., prompt, "Response", response a,
+question, "Criterion" heading] and the criterion's score levels in suffix(c). The verdict is read at
+the last token of suffix(c) (the answer cue), over the verdict tokens only: the two labels (" A",
+" B" by default) for pairwise, the digits 0..m for pointwise.
+
+The template is rendered once with sentinel strings in place of the variable parts and split at the
+sentinels; each literal piece, prompt, response and criterion is tokenized once, and sequences are
+assembled by concatenating token lists. The engine shares each head across all pairs with the same
+first response and each body across all criteria.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from typing import Sequence
+
+from rubric_jax.rubrics.types import Criterion
+
+# Sentinels: strings no chat template or user text contains.
+_S = {k: f"\x00@@{k}@@\x00" for k in ("PROMPT", "R1", "R2", "CRIT")}
+
+PAIRWISE_SYSTEM = "You compare two responses to a task on one criterion and say which is better."
+
+POINTWISE_SYSTEM = "You grade a response to a task on one criterion, using the criterion's score levels."
+
+# The question comes before the criterion so that it belongs to the shared body (computed once per pair,
+# not once per criterion); the criterion closes the user turn. In logit/hard modes the assistant turn
+# starts with a cue so that the next token is the verdict; in generate mode the judge writes a short
+# reason and then an answer line.
+PAIRWISE_USER = ("### Task\n{PROMPT}\n\n### Response {N1}\n{R1}\n\n### Response {N2}\n{R2}\n\n"
+                 "{QUESTION}\n\n### Criterion\n{CRIT}")
+POINTWISE_USER = "### Task\n{PROMPT}\n\n### Response\n{R1}\n\n{QUESTION}\n\n### Criterion\n{CRIT}"
+PAIRWISE_QUESTION = "Which response better satisfies the criterion below? Reply with {L1} or {L2} only."
+PAIRWISE_QUESTION_GEN = ("Which response better satisfies the criterion below? Give one or two sentences of "
+                         "reasons, then a last line of the form \"Answer: {L1}\" or \"Answer: {L2}\".")
+POINTWISE_QUESTION = "Grade the response on the criterion below with one of its scores. Reply with the number only."
+POINTWISE_QUESTION_GEN = ("Grade the response on the criterion below with one of its scores. Give one or two "
+                          "sentences of reasons, then a last line of the form \"Score: N\".")
+PAIRWISE_REMINDER = "\n\nOn this criterion, is {L1} or {L2} better?"
+POINTWISE_REMINDER = "\n\nWhich score from 0 to {MAX}?"
+PAIRWISE_CUE = "Better response:"
+POINTWISE_CUE = "Score: "
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptConfig:
+    """What the judge reads. Labels must be single tokens of the judge's tokenizer."""
+
+    # Verdict tokens (first response wins, second wins). With the cue ending in ":", a space-led letter is
+    # the natural next token of BPE vocabularies (" A" is one token in Qwen3 and SmolLM2); the response
+    # headings use the stripped labels ("Response A").
+    labels: tuple[str, str] = (" A", " B")
+    max_response_tokens: int = 1024  # each response is cut to this many tokens (cuts are counted)
+    max_prompt_tokens: int = 1024  # the task prompt likewise
+    pairwise_system: str = PAIRWISE_SYSTEM
+    pointwise_system: str = POINTWISE_SYSTEM
+    pairwise_cue: str = PAIRWISE_CUE
+    pointwise_cue: str = POINTWISE_CUE
+    # A short restatement of the question right after the criterion (inside each criterion's suffix):
+    # small judges weigh what they read last. "" drops it.
+    pairwise_reminder: str = PAIRWISE_REMINDER
+    pointwise_reminder: str = POINTWISE_REMINDER
+
+    def fingerprint(self) -> str:
+        """Changes whenever the text the judge reads changes (part of every cache key)."""
+        parts = [repr(dataclasses.astuple(self)), PAIRWISE_USER, POINTWISE_USER, PAIRWISE_QUESTION,
+                 PAIRWISE_QUESTION_GEN, POINTWISE_QUESTION, POINTWISE_QUESTION_GEN]
+        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+class VerdictTokenError(ValueError):
+    """A verdict label or score digit is not exactly one token of the judge's tokenizer."""
+
+
+def verdict_token_ids(tokenizer, labels: Sequence[str], what: str) -> list[int]:
+    ids = []
+    for lab in labels:
+        try:
+            ids.append(tokenizer.token_id(lab))
+        except ValueError as e:
+            raise VerdictTokenError(
+                f"{what}: verdict token {lab!r} is not a single token of the judge tokenizer "
+                f"{getattr(tokenizer, 'name', '')!r} ({e}); choose labels that each encode to exactly one token"
+            ) from None
+    if len(set(ids)) != len(ids):
+        raise VerdictTokenError(f"{what}: verdict tokens {list(labels)} map to repeated ids {ids}")
+    return ids
+
+
+def digit_token_ids(tokenizer, max_points: int) -> list[int]:
+    """Ids of "0".."max_points"; every one must be a single token (scores above 9 are not)."""
+    return verdict_token_ids(tokenizer, [str(k) for k in range(max_points + 1)],
+                             f"pointwise scale 0..{max_points}")
+
+
+def pairwise_criterion_text(c: Criterion) -> str:
+    return f"{c.name}: {c.check}"
+
+
+def pointwise_criterion_text(c: Criterion) -> str:
+    levels = "\n".join(f"{k}: {text}" for k, text in enumerate(c.levels))
+    return f"{c.name}: {c.check}\nScores:\n{levels}"
+
+
+def _split(rendered: str, order: Sequence[str]) -> list[str]:
+    pieces, rest = [], rendered
+    for key in order:
+        before, sep, rest = rest.partition(_S[key])
+        if not sep:
+            raise ValueError(f"chat template dropped the {key} placeholder; cannot build judge prompts")
+        pieces.append(before)
+    pieces.append(rest)
+    return pieces
+
+
+class PromptBuilder:
+    """Token segments of the judge prompts for one tokenizer and PromptConfig.
+
+    kind "pair": segments (seg0, seg1, seg2, seg3) with
+        head(a)  = seg0 + P + seg1 + R[a] + seg2,  body(b) = R[b] + seg3,  suffix(c) = crit(c) + tail(c)
+    kind "point": head(a) = seg0 + P + seg1 + R[a] + seg3,  suffix(c) = crit(c) + tail(c)
+    """
+
+    def __init__(self, tokenizer, cfg: PromptConfig = PromptConfig()):
+        self.tok = tokenizer
+        self.cfg = cfg
+        self.label_ids = verdict_token_ids(tokenizer, cfg.labels, "pairwise labels")
+        self.fingerprint = cfg.fingerprint()
+        self._enc = functools.lru_cache(maxsize=4096)(lambda s: tuple(tokenizer.encode(s)))
+        self._segments = {}
+
+    def _render(self, system: str, user: str, cue: str) -> str:
+        text = self.tok.chat(user, system=system)
+        return text + cue
+
+    def segments(self, kind: str, generate: bool = False) -> dict:
+        key = (kind, generate)
+        if key in self._segments:
+            return self._segments[key]
+        cfg = self.cfg
+        l1, l2 = (lab.strip() for lab in cfg.labels)
+        if kind == "pair":
+            q = (PAIRWISE_QUESTION_GEN if generate else PAIRWISE_QUESTION).format(L1=l1, L2=l2)
+            user = PAIRWISE_USER.format(N1=l1, N2=l2, QUESTION=q, **_S)
+            text = self._render(cfg.pairwise_system, user, "" if generate else cfg.pairwise_cue)
+            seg0, seg1, seg2, seg3, tail = _split(text, ["PROMPT", "R1", "R2", "CRIT"])
+        else:
+            q = POINTWISE_QUESTION_GEN if generate else POINTWISE_QUESTION
+            user = POINTWISE_USER.format(PROMPT=_S["PROMPT"], R1=_S["R1"], CRIT=_S["CRIT"], QUESTION=q)
+            text = self._render(cfg.pointwise_system, user, "" if generate else cfg.pointwise_cue)
+            seg0, seg1, seg3, tail = _split(text, ["PROMPT", "R1", "CRIT"])
+            seg2 = ""
+        out = dict(seg0=self._enc(seg0), seg1=self._enc(seg1), seg2=self._enc(seg2), seg3=self._enc(seg3),
+                   tail=tail)
+        self._segments[key] = out
+        return out
+
+    # ---- variable parts ---------------------------------------------------------------------
+    def cut(self, text: str, budget: int) -> tuple[tuple[int, ...], bool]:
+        ids = self._enc(text)
+        if len(ids) > budget:
+            return ids[:budget], True
+        return ids, False
+
+    def suffix(self, kind: str, c: Criterion, generate: bool = False) -> tuple[int, ...]:
+        seg = self.segments(kind, generate)
+        l1, l2 = (lab.strip() for lab in self.cfg.labels)
+        if kind == "pair":
+            text = pairwise_criterion_text(c) + self.cfg.pairwise_reminder.format(L1=l1, L2=l2)
+        else:
+            text = pointwise_criterion_text(c) + self.cfg.pointwise_reminder.format(MAX=c.max_points)
+        return self._enc(text + seg["tail"])
+
+    def head(self, kind: str, prompt_ids, resp_ids, generate: bool = False) -> tuple[int, ...]:
+        seg = self.segments(kind, generate)
+        last = seg["seg2"] if kind == "pair" else seg["seg3"]
+        return seg["seg0"] + tuple(prompt_ids) + seg["seg1"] + tuple(resp_ids) + last
+
+    def body(self, resp_ids, generate: bool = False) -> tuple[int, ...]:
+        return tuple(resp_ids) + self.segments("pair", generate)["seg3"]
+
+
+__all__ = ["PromptConfig", "PromptBuilder", "VerdictTokenError", "verdict_token_ids", "digit_token_ids",
+           "pairwise_criterion_text", "pointwise_criterion_text"]

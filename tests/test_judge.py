@@ -1,0 +1,319 @@
+"""Judge engine: prefix-shared scoring parity, order averaging, modes, pairings, cache, errors, SmolLM2 sanity.
+
+Tiny random Qwen3 tests share one Judge and a few fixed shapes so each scoring function compiles once.
+"""
+
+import random
+
+import numpy as np
+import pytest
+
+from rubric_jax.judge import (
+    Judge,
+    JudgmentCache,
+    PromptConfig,
+    VerdictTokenError,
+    all_pairs,
+    circular_pairs,
+    num_swiss_rounds,
+    pairwise,
+    pointwise,
+    swiss_round,
+)
+from rubric_jax.judge.engine import _parse_pair, _parse_score, bucket
+from rubric_jax.judge.prompts import PromptBuilder
+from rubric_jax.rewards import hard_verdicts, win_rates
+from rubric_jax.rubrics import Criterion, Rubric
+
+PROMPT = "Write two sentences about a lighthouse keeper."
+RESPONSES = [
+    "The keeper climbed the stairs at dusk. Her lamp cut through the fog.",
+    "A lighthouse stands by the sea and a man lives in it.",
+    "Waves. Light. Night again, and the old keeper counts the ships.",
+]
+CRITERIA = [
+    Criterion(id="clarity", name="Clarity", check="The text is clear and easy to follow."),
+    Criterion(id="imagery", name="Imagery", check="The text uses concrete sensory details.", max_points=3,
+              levels=("None.", "A little.", "Some.", "Vivid throughout.")),
+]
+
+
+@pytest.fixture(scope="module")
+def judge(tiny_qwen3_model, qwen_tokenizer):
+    return Judge(tiny_qwen3_model, qwen_tokenizer)
+
+
+def _reference(model, tok, seqs, ids):
+    """Verdict-token logits at the last token of each full sequence: plain forward, no cache."""
+    import jax.numpy as jnp
+
+    t = max(len(s) for s in seqs)
+    toks = np.full((len(seqs), t), tok.pad_id, np.int32)
+    mask = np.zeros((len(seqs), t), bool)
+    for i, s in enumerate(seqs):
+        toks[i, :len(s)] = s
+        mask[i, :len(s)] = True
+    logits, _ = model(jnp.asarray(toks), mask_bt=jnp.asarray(mask))
+    last = np.asarray([len(s) - 1 for s in seqs])
+    return np.asarray(logits)[np.arange(len(seqs)), last][:, ids]
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_prefix_shared_equals_full_sequences(judge, tiny_qwen3_model, qwen_tokenizer):
+    res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
+    pts = judge.pointwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
+    pb = PromptBuilder(qwen_tokenizer)
+    p_ids = qwen_tokenizer.encode(PROMPT)
+    r_ids = [qwen_tokenizer.encode(r) for r in RESPONSES]
+    g = len(RESPONSES)
+    pairs = [(a, b) for a in range(g) for b in range(g) if a != b]
+    seqs = [pb.head("pair", p_ids, r_ids[a]) + pb.body(r_ids[b]) + pb.suffix("pair", c) for a, b in pairs
+            for c in CRITERIA]
+    seqs += [pb.head("point", p_ids, r_ids[a]) + pb.suffix("point", c) for a in range(g) for c in CRITERIA]
+    label_ids = [qwen_tokenizer.token_id(x) for x in (" A", " B")]
+    digits = [qwen_tokenizer.token_id(str(k)) for k in range(4)]
+    ref = _reference(tiny_qwen3_model, qwen_tokenizer, seqs, label_ids + digits)
+    n_pair = len(pairs) * len(CRITERIA)
+    ref_first = _softmax(ref[:n_pair, :2])[:, 0].reshape(len(pairs), len(CRITERIA))
+    for k, (a, b) in enumerate(pairs):
+        np.testing.assert_allclose(res.p_first[a, b], ref_first[k], atol=1e-4)
+    ref_pt = ref[n_pair:].reshape(g, len(CRITERIA), -1)
+    np.testing.assert_allclose(pts.probs[:, 0, :2], _softmax(ref_pt[:, 0, 2:4]), atol=1e-4)
+    np.testing.assert_allclose(pts.probs[:, 1, :4], _softmax(ref_pt[:, 1, 2:6]), atol=1e-4)
+    # the token sequences are the chat template rendered with the judge prompt (spot check one)
+    text = qwen_tokenizer.decode(seqs[0], skip_special_tokens=False)
+    assert text.startswith("<|im_start|>system") and RESPONSES[0] in text and RESPONSES[1] in text
+    assert text.index(RESPONSES[0]) < text.index(RESPONSES[1]) and text.endswith(PromptConfig().pairwise_cue)
+    # unshared full-sequence scoring through the engine agrees too
+    unshared = Judge(tiny_qwen3_model, qwen_tokenizer, sharing="none").pairwise(PROMPT, RESPONSES, CRITERIA)
+    np.testing.assert_allclose(unshared.p, res.p, atol=1e-4)
+
+
+def test_unrolled_layers_match_scan(tiny_qwen3_model, qwen_tokenizer, judge):
+    res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
+    unrolled = Judge(tiny_qwen3_model, qwen_tokenizer, scan_layers=False).pairwise(PROMPT, RESPONSES, CRITERIA)
+    np.testing.assert_allclose(unrolled.p_first, res.p_first, atol=1e-5)
+
+
+def test_both_orders_sum_to_one(judge, tiny_qwen3_model, qwen_tokenizer):
+    res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
+    p = pairwise(tiny_qwen3_model, qwen_tokenizer, PROMPT, RESPONSES, CRITERIA)  # the public function
+    np.testing.assert_allclose(p, res.p, atol=1e-6)
+    g, c = len(RESPONSES), len(CRITERIA)
+    assert res.p.shape == (g, g, c)
+    off = ~np.eye(g, dtype=bool)
+    np.testing.assert_array_equal((res.p + res.p.transpose(1, 0, 2))[off], 1.0)
+    np.testing.assert_array_equal(res.p[np.eye(g, dtype=bool)], 0.5)
+    # p(i > j) is the average of "i first wins" and "j first loses"
+    expect = (res.p_first + 1 - res.p_first.transpose(1, 0, 2)) / 2
+    np.testing.assert_allclose(res.p[off], expect[off], atol=1e-6)
+    np.testing.assert_allclose(res.win_rates.mean(0), 0.5, atol=1e-6)
+    assert res.mask[off].all() and res.valid[off].all()
+    m = res.metrics
+    assert 0 <= m["position_bias"] <= 1 and m["invalid_fraction"] == 0.0 and 0 < m["verdict_entropy"] <= np.log(2)
+    np.testing.assert_allclose(m["position_bias"], res.p_first[off].mean(), atol=1e-6)
+
+
+def test_hard_mode(judge):
+    soft = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
+    hard = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="hard")
+    g = len(RESPONSES)
+    off = ~np.eye(g, dtype=bool)
+    assert set(np.unique(hard.p[off])) <= {0.0, 0.5, 1.0}
+    np.testing.assert_array_equal((hard.p + hard.p.transpose(1, 0, 2))[off], 1.0)
+    pf = soft.p_first
+    expect = np.asarray(hard_verdicts(np.stack([pf, 1 - pf], -1)))
+    np.testing.assert_array_equal(hard.p[off], expect[off])
+    # hard mode reuses the cached verdicts of the soft pass: no new model work
+    assert hard.metrics["judgments"] == soft.metrics["judgments"]
+
+
+def test_pointwise(judge, tiny_qwen3_model, qwen_tokenizer):
+    s, valid = pointwise(tiny_qwen3_model, qwen_tokenizer, PROMPT, RESPONSES, CRITERIA)
+    assert s.shape == valid.shape == (3, 2) and valid.all()
+    assert (s[:, 0] >= 0).all() and (s[:, 0] <= 1).all() and (s[:, 1] <= 3).all()
+    hard = judge.pointwise(PROMPT, RESPONSES, Rubric(name="r", criteria=tuple(CRITERIA)), mode="hard")
+    np.testing.assert_array_equal(hard.scores, np.argmax(hard.probs, -1))
+    assert hard.probs[:, 0, 2:].sum() == 0  # digits above m_c get no mass
+    # a verdict-mass threshold no model reaches marks everything invalid, without crashing
+    strict = Judge(tiny_qwen3_model, qwen_tokenizer, min_verdict_mass=0.999)
+    r = strict.pointwise(PROMPT, RESPONSES, CRITERIA)
+    assert not r.valid.any() and r.metrics["invalid_fraction"] == 1.0
+    p = strict.pairwise(PROMPT, RESPONSES, CRITERIA)
+    off = ~np.eye(3, dtype=bool)
+    np.testing.assert_array_equal(p.p[off], 0.5)
+
+
+def test_pairings():
+    assert all_pairs(8).shape == (28, 2)
+    assert circular_pairs(8).shape == (8, 2)
+    rng = np.random.default_rng(0)
+    for g in (2, 5, 8, 16):
+        played = np.zeros((g, g), bool)
+        seen = set()
+        for _ in range(num_swiss_rounds(g)):
+            prs = swiss_round(rng.random(g), played, rng)
+            flat = prs.reshape(-1).tolist()
+            assert len(flat) == len(set(flat)) == 2 * (g // 2)  # each rollout at most once per round
+            for i, j in prs:
+                assert (i, j) not in seen  # no rematch while fresh opponents remain
+                seen.add((i, j))
+                played[i, j] = played[j, i] = True
+            if g % 2:
+                bye = (set(range(g)) - set(flat)).pop()
+                played[bye, bye] = True
+        assert len(seen) == (g // 2) * num_swiss_rounds(g)
+    assert num_swiss_rounds(8) == 3 and num_swiss_rounds(16) == 4
+
+
+def test_engine_pairings_and_mask(judge):
+    resps = RESPONSES + ["Gulls cried over the rocks at dawn while the fog rolled in."]
+    g, c = len(resps), len(CRITERIA)
+    for pairing, n_pairs in (("circular", 4), ("swiss", 2 * num_swiss_rounds(4)), ("all", 6)):
+        before = judge.stats.judgments + judge.stats.cache_hits
+        res = judge.pairwise(PROMPT, resps, CRITERIA, pairing=pairing, seed=1)
+        assert res.mask.sum() == 2 * n_pairs and (res.mask == res.mask.T).all()
+        assert judge.stats.judgments + judge.stats.cache_hits - before == 2 * n_pairs * c
+        np.testing.assert_array_equal(res.p[~res.mask & ~np.eye(g, dtype=bool)], 0.5)
+        np.testing.assert_allclose(res.win_rates, np.asarray(win_rates(res.p, res.mask)), atol=1e-6)
+
+
+def test_cache_hits_avoid_recompute(tiny_qwen3_model, qwen_tokenizer):
+    j = Judge(tiny_qwen3_model, qwen_tokenizer)
+    first = j.pairwise(PROMPT, RESPONSES, CRITERIA)
+    n = 3 * 2 * len(CRITERIA)
+    assert j.stats.judgments == n and j.stats.cache_hits == 0
+    calls = j.stats.model_calls
+    again = j.pairwise(PROMPT, RESPONSES, CRITERIA)
+    assert j.stats.judgments == n and j.stats.cache_hits == n and j.stats.model_calls == calls
+    np.testing.assert_array_equal(first.p, again.p)
+    # one response changed: only the 2 (G - 1) C judgments that involve it are recomputed
+    changed = RESPONSES[:2] + ["A new third answer about the lighthouse."]
+    j.pairwise(PROMPT, changed, CRITERIA)
+    assert j.stats.judgments == n + 2 * 2 * len(CRITERIA)
+    # keys separate the presentation order and the criterion
+    k = lambda a, b, c: JudgmentCache.key("m", "fp", "pair", "logit", "p", a, b, c)  # noqa: E731
+    assert len({k("x", "y", "c"), k("y", "x", "c"), k("x", "y", "d")}) == 3
+
+
+def test_truncation_counted(tiny_qwen3_model, qwen_tokenizer):
+    j = Judge(tiny_qwen3_model, qwen_tokenizer, max_response_tokens=12)
+    res = j.pairwise(PROMPT, RESPONSES, CRITERIA)
+    assert j.stats.truncations == 3 and res.p.shape == (3, 3, 2)
+    assert j.metrics()["truncations"] == 3
+
+
+def test_bucketing_bounds_compilations(judge):
+    b = [bucket(n) for n in range(1, 2000)]
+    assert len(set(b)) <= 30 and all(x >= n for n, x in zip(range(1, 2000), b))
+    assert all(x <= 1.25 * n + 8 for n, x in zip(range(16, 2000), b[15:]))
+    before = judge.stats.compilations
+    judge.pairwise("Write two sentences about a lighthouse keepers.",
+                   [r.replace("keeper", "keeper's") for r in RESPONSES], CRITERIA)
+    assert judge.stats.compilations == before  # slightly different lengths, same bucketed shapes
+
+
+def test_unknown_verdict_tokens(tiny_qwen3_model, qwen_tokenizer):
+    with pytest.raises(VerdictTokenError, match="not a single token"):
+        Judge(tiny_qwen3_model, qwen_tokenizer, labels=("first one", " B"))
+    with pytest.raises(VerdictTokenError, match="repeated"):
+        Judge(tiny_qwen3_model, qwen_tokenizer, labels=(" A", " A"))
+    j = Judge(tiny_qwen3_model, qwen_tokenizer)
+    big = Criterion(id="big", name="Big", check="x", max_points=12, levels=tuple(str(k) for k in range(13)))
+    with pytest.raises(VerdictTokenError, match="'10'"):
+        j.pointwise(PROMPT, RESPONSES, [big])
+    with pytest.raises(ValueError, match="mode"):
+        j.pairwise(PROMPT, RESPONSES, CRITERIA, mode="vibes")
+    with pytest.raises(TypeError, match="Criterion"):
+        j.pairwise(PROMPT, RESPONSES, ["not a criterion"])
+
+
+def test_generate_answers_parsed_or_invalid(tiny_qwen3_model, qwen_tokenizer, monkeypatch):
+    assert _parse_pair("Both are fine but A is clearer.\nAnswer: B", ("A", "B")) == 1
+    assert _parse_pair("**Answer:** Response A", ("A", "B")) == 0
+    assert _parse_pair(" A", ("A", "B")) == 0
+    assert _parse_pair("I cannot decide.", ("A", "B")) == -1
+    assert _parse_score("Reasons...\nScore: 3", 4) == 3 and _parse_score("Score: 7", 4) == -1
+    assert _parse_score("no idea", 4) == -1
+
+    j = Judge(tiny_qwen3_model, qwen_tokenizer, mode="generate")
+    replies = iter(["Answer: A", "garbage", "Answer: B", "???", "...", "also garbage"])
+    monkeypatch.setattr(j, "_run_generate", lambda seqs: [next(replies) for _ in seqs])
+    res = j.pairwise(PROMPT, RESPONSES, CRITERIA[:1])  # ordered pairs (0,1) (1,0) (0,2) (2,0) (1,2) (2,1)
+    assert res.valid[:, :, 0].sum() == 2 and res.metrics["invalid_fraction"] == pytest.approx(4 / 6)
+    off = ~np.eye(3, dtype=bool)
+    np.testing.assert_array_equal((res.p + res.p.transpose(1, 0, 2))[off], 1.0)
+    assert res.p[0, 1, 0] == 1.0  # (0 first) answered A; (1 first) unreadable: the readable order decides
+    assert res.p[0, 2, 0] == 0.0  # (0 first) answered B; (2 first) unreadable
+    assert res.p[1, 2, 0] == 0.5  # both orders unreadable
+
+    # the real sampler on a random model: whatever it writes, nothing crashes
+    j2 = Judge(tiny_qwen3_model, qwen_tokenizer, mode="generate", gen_max_new_tokens=4)
+    res = j2.pairwise(PROMPT, RESPONSES[:2], CRITERIA[:1])
+    assert res.p.shape == (2, 2, 1) and res.p[0, 1, 0] + res.p[1, 0, 0] == 1.0
+    assert j2.stats.generated_tokens > 0
+    r = j2.pointwise(PROMPT, RESPONSES[:2], CRITERIA[:1])
+    assert r.scores.shape == r.valid.shape == (2, 1)
+
+
+# ---- the embedded SmolLM2 as a judge -----------------------------------------------------------
+
+QA = [
+    ("What is the capital of France?",
+     "The capital of France is Paris, a large city on the river Seine known for the Eiffel Tower."),
+    ("Why is the sky blue?",
+     "The sky looks blue because air molecules scatter blue sunlight much more strongly than red light."),
+    ("How do plants make their food?",
+     "Plants make their food by photosynthesis, using sunlight to turn water and carbon dioxide into sugar."),
+    ("What should I do if I cut my finger?",
+     "Wash the cut with clean water, press a clean cloth on it to stop the bleeding, and cover it with a bandage."),
+    ("Why do we have seasons on Earth?",
+     "We have seasons because the Earth is tilted, so each half gets more direct sunlight at different times of "
+     "the year."),
+    ("How can I fall asleep faster?",
+     "Go to bed at the same time every night, keep your room dark and quiet, and avoid screens for an hour "
+     "before sleep."),
+    ("What is the boiling point of water?",
+     "At sea level, pure water boils at one hundred degrees Celsius, which is two hundred and twelve degrees "
+     "Fahrenheit."),
+    ("Write one sentence about a dog at the beach.",
+     "The happy dog ran along the sandy beach, barking at the waves and chasing the seagulls into the wind."),
+    ("How do I make a cup of tea?",
+     "Boil some water, pour it over a tea bag in a cup, wait three minutes, then remove the bag and add milk if "
+     "you like."),
+    ("Why is exercise good for health?",
+     "Regular exercise makes the heart and muscles stronger, helps control weight, and improves mood and sleep."),
+]
+
+
+def _shuffled(text, seed):
+    words = text.rstrip(".").split()
+    rng = random.Random(seed)
+    out = list(words)
+    while out == words:
+        rng.shuffle(out)
+    return " ".join(out).lower() + "."
+
+
+@pytest.mark.smollm2
+def test_smollm2_prefers_coherent_answers(smollm2, smollm2_tokenizer):
+    """A coherent on-topic answer beats the same words shuffled in >= 80% of pairs, orders averaged.
+
+    Each pair is judged with the coherent answer shown first and shown second; p(coherent > shuffled)
+    averages the two, so a pure position preference cannot pass. Listing the shuffled answer first
+    must give the same verdicts (the engine, not the caller, handles order).
+    """
+    crit = Criterion(id="clarity", name="Clarity", check="The response makes sense and is easy to read.")
+    j = Judge(smollm2, smollm2_tokenizer, lane_tokens=32)
+    prompts = [q for q, _ in QA]
+    groups = [[a, _shuffled(a, i)] for i, (_, a) in enumerate(QA)]
+    res = j.pairwise_batch(prompts, groups, [crit])
+    p = np.asarray([r.p[0, 1, 0] for r in res])
+    assert (p > 0.5).mean() >= 0.8, p
+    flipped = j.pairwise_batch(prompts, [g[::-1] for g in groups], [crit])
+    np.testing.assert_allclose([r.p[1, 0, 0] for r in flipped], p, atol=1e-6)
+    assert j.stats.judgments == 2 * len(QA)  # the flipped listing is served from the cache

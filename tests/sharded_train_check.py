@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from rubric_jax import load_model
-from rubric_jax.models.lora import LoRAConfig, apply_lora
+from rubric_jax.models.lora import LoRAConfig, apply_lora, lora_modules
 from rubric_jax.models.sharding import make_mesh, shard_model, use_mesh
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
@@ -30,7 +30,7 @@ def batch():
 
 def update(model, mesh=None):
     apply_lora(model, LoRAConfig(rank=4, alpha=8.0), seed=3)
-    for i, (_, _, m) in enumerate(__import__("rubric_jax.models.lora", fromlist=["x"]).lora_modules(model)):
+    for i, (_, _, m) in enumerate(lora_modules(model)):
         m.lora_b.set_value(jax.random.normal(jax.random.key(i), m.lora_b.get_value().shape) * 0.01)
     if mesh is not None:
         shard_model(model, mesh)

@@ -10,13 +10,17 @@ from jax.sharding import PartitionSpec
 from rubric_jax.models.sharding import logical_to_spec
 
 
-def test_sharded_forward_matches_single_device(tiny_qwen3):
-    script = os.path.join(os.path.dirname(__file__), "sharded_forward_check.py")
+def _run_check(script_name, ckpt):
+    """Runs a check script in a fresh process (8 forced CPU devices) and returns its JSON result."""
+    script = os.path.join(os.path.dirname(__file__), script_name)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, script, tiny_qwen3[0]], capture_output=True, text=True, env=env,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, script, ckpt], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_sharded_forward_matches_single_device(tiny_qwen3):
+    res = _run_check("sharded_forward_check.py", tiny_qwen3[0])
     assert res["devices"] == 8
     assert res["max_diff"] <= 1e-5
     # Weights really are split: heads over tensor, model dim over fsdp, vocab over tensor.
@@ -37,12 +41,7 @@ def test_logical_rules_drop_axes_that_do_not_divide():
 
 
 def test_sharded_train_step_matches_single_device(tiny_qwen3):
-    script = os.path.join(os.path.dirname(__file__), "sharded_train_check.py")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, script, tiny_qwen3[0]], capture_output=True, text=True, env=env,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res = _run_check("sharded_train_check.py", tiny_qwen3[0])
     assert res["moved"] > 0
     assert res["max_diff"] <= 1e-5, res
     assert abs(res["loss"][0] - res["loss"][1]) <= 1e-5 and res["kl"][0] > 0

@@ -1,0 +1,182 @@
+"""Judge configuration, statistics, result types and the small helpers the engine builds on."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from rubric_jax.judge.pairings import PAIRINGS
+from rubric_jax.judge.prompts import PromptConfig
+from rubric_jax.rubrics.types import Criterion, Rubric
+
+MODES = ("logit", "hard", "generate")
+SHARING = ("tree", "none")
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration, statistics, results
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeConfig:
+    prompt: PromptConfig = PromptConfig()
+    mode: str = "logit"  # logit | hard | generate
+    pairing: str = "all"  # all | circular | swiss
+    circular_k: int = 1
+    sharing: str = "tree"  # tree (prefix-shared) | none (each judgment a full sequence)
+    tokens_per_call: int = 0  # padded tokens per scoring call; 0 = 16k on CPU, 128k on accelerators
+    lane_tokens: int = 128  # lane lengths tried for packing criterion suffixes go up to 4x this
+    len_steps: int = 4  # length buckets per octave (16, 20, 24, 28, 32, 40, ...)
+    # lax.scan over the layers: compiles one block instead of num_layers (much faster compiles), at the
+    # cost of a stacked copy of the layer weights held by the judge. False: unrolled, no copy.
+    scan_layers: bool = True
+    min_verdict_mass: float = 0.0  # logit/hard: invalid if the verdict tokens hold less probability
+    cache_entries: int = 1_000_000  # judgment cache size (0 disables it)
+    # generate mode
+    gen_max_new_tokens: int = 64
+    gen_temperature: float = 1.0
+    gen_top_k: int = 1  # greedy by default
+    gen_batch: int = 64  # prompts per sampler call
+    gen_ignore_eos: bool = False  # always generate gen_max_new_tokens (benchmarks)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode: unknown {self.mode!r}; expected one of {MODES}")
+        if self.pairing not in PAIRINGS:
+            raise ValueError(f"pairing: unknown {self.pairing!r}; expected one of {PAIRINGS}")
+        if self.sharing not in SHARING:
+            raise ValueError(f"sharing: unknown {self.sharing!r}; expected one of {SHARING}")
+
+
+@dataclasses.dataclass
+class JudgeStats:
+    """Running totals over the judge's life (reset with `reset`)."""
+
+    judgments: int = 0  # verdicts computed by the model
+    cache_hits: int = 0  # verdicts served from the cache
+    truncations: int = 0  # responses cut to the token budget
+    prompt_truncations: int = 0
+    invalid: int = 0  # verdicts that could not be read
+    model_calls: int = 0
+    padded_tokens: int = 0  # tokens the device processed, padding included
+    real_tokens: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    shapes: set = dataclasses.field(default_factory=set)  # distinct jitted call signatures
+
+    @property
+    def compilations(self) -> int:
+        return len(self.shapes)
+
+    def as_dict(self) -> dict[str, float]:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k != "shapes"}
+        d["compilations"] = self.compilations
+        d["judgments_per_s"] = self.judgments / self.seconds if self.seconds > 0 else 0.0
+        return d
+
+    def reset(self) -> None:
+        self.__dict__.update(JudgeStats().__dict__)
+
+
+@dataclasses.dataclass
+class PairwiseResult:
+    p: np.ndarray  # (G, G, C) p_c(i > j), p + p^T = 1 off the diagonal, 0.5 on it and on unjudged pairs
+    p_first: np.ndarray  # (G, G, C) P(first wins | a first, b second), NaN where not judged
+    valid: np.ndarray  # (G, G, C) bool: the ordered judgment (a first, b second) gave a readable verdict
+    mask: np.ndarray  # (G, G) bool: pairs judged (symmetric, diagonal False)
+    win_rates: np.ndarray  # (G, C) over judged pairs (rewards.win_rates)
+    metrics: dict[str, float]
+
+
+@dataclasses.dataclass
+class PointwiseResult:
+    scores: np.ndarray  # (G, C) float: expected score (logit), argmax (hard) or parsed (generate)
+    valid: np.ndarray  # (G, C) bool
+    probs: np.ndarray  # (G, C, M + 1) distribution over digits 0..M (zeros above each m_c); NaN in generate
+    max_points: np.ndarray  # (C,) m_c
+    metrics: dict[str, float]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def bucket(n: int, steps: int = 4, minimum: int = 16, multiple: int = 8) -> int:
+    """Smallest value >= n on the ladder 2^k * (1 + s / steps), s < steps, rounded up to `multiple`."""
+    n = max(int(n), 1)
+    if n <= minimum:
+        return minimum
+    base = 1 << (n.bit_length() - 1)  # largest power of two <= n
+    if base < minimum:
+        base = minimum
+    for s in range(steps + 1):
+        cand = base + (base * s) // steps
+        cand = -(-cand // multiple) * multiple
+        if cand >= n:
+            return cand
+    return 2 * base
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def pow2_floor(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def as_criteria(criteria) -> list[Criterion]:
+    if isinstance(criteria, Rubric):
+        return list(criteria.criteria)
+    if isinstance(criteria, Criterion):
+        return [criteria]
+    out = list(criteria)
+    for k, c in enumerate(out):
+        if not isinstance(c, Criterion):
+            raise TypeError(f"criteria[{k}]: expected a Criterion, got {type(c).__name__}")
+    if not out:
+        raise ValueError("criteria: need at least one criterion")
+    return out
+
+
+def model_fingerprint(model) -> str:
+    """Identifies a model's weights cheaply (config plus a few parameter slices)."""
+    h = hashlib.sha256(repr(model.cfg).encode())
+    leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+    for x in leaves[:2] + leaves[-2:]:
+        h.update(np.asarray(jnp.ravel(jnp.asarray(x))[:256], np.float32).tobytes())
+    return f"{model.cfg.name}:{h.hexdigest()[:16]}"
+
+
+def _parse_pair(text: str, labels: tuple[str, str]) -> int:
+    """0 if the answer names the first label, 1 the second, -1 if no answer can be read."""
+    alt = "|".join(re.escape(lab) for lab in labels)
+    hits = re.findall(rf"(?:answer|verdict|better response)\s*[:=\-]?\s*\**\s*(?:response\s*)?({alt})(?![\w])",
+                      text, flags=re.IGNORECASE)
+    if not hits:
+        stripped = text.strip().strip("*").strip()
+        hits = [stripped] if stripped in labels else []
+    if not hits:
+        return -1
+    last = hits[-1]
+    for k, lab in enumerate(labels):
+        if last.lower() == lab.lower():
+            return k
+    return -1
+
+
+def _parse_score(text: str, max_points: int) -> int:
+    hits = re.findall(r"score\s*[:=]?\s*\**\s*(\d+)", text, flags=re.IGNORECASE)
+    if not hits:
+        stripped = text.strip().strip("*").strip()
+        hits = [stripped] if stripped.isdigit() else []
+    if not hits:
+        return -1
+    s = int(hits[-1])
+    return s if 0 <= s <= max_points else -1

@@ -1,4 +1,4 @@
-"""Judge throughput on the embedded SmolLM2 (issue 3 benchmark; not a test).
+"""Judge throughput on the embedded SmolLM2 (a benchmark, not a test).
 
 G responses of R tokens to a P-token prompt, C criteria (the creative-writing rubric), all pairs in
 both orders: G (G - 1) C pairwise judgments. Pairwise judgments per second for
@@ -6,8 +6,10 @@ both orders: G (G - 1) C pairwise judgments. Pairwise judgments per second for
   (a) tree   the prefix-shared logit judge (heads shared by all pairs with the same first response,
              bodies shared by all criteria, criteria packed as tree-masked suffixes)
   (b) none   the same verdict readout without sharing: every judgment re-encodes its whole sequence
-  (c) gen    generate-then-parse without sharing, >= 16 generated tokens per judgment (what a framework
-             calling a judge server does)
+  (c) gen    our generate mode: generate-then-parse without sharing, >= 16 generated tokens per
+             judgment (what a framework calling a judge server does)
+  (d) hf     the peer: transformers' generate writing a 16-token verdict for the same judgment
+             sequences (greedy, left-padded batches of --hf_batch, torch threads = cores)
 
 Each variant runs once to compile, then is timed (`--repeat` runs, best kept); the judgment cache is
 off. (b) and (c) are timed on the first `--baseline_g` responses (all their ordered pairs, all
@@ -76,6 +78,46 @@ def timed(fn, repeat: int):
     return best
 
 
+def time_hf(args, tok, prompt, responses, crits):
+    """transformers generating a verdict of gen_tokens tokens for every ordered pair and criterion."""
+    import torch
+    import transformers
+
+    from rubric_jax.judge.prompts import PromptBuilder
+    from rubric_jax.models.loading import resolve_checkpoint
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    path = resolve_checkpoint(args.model)
+    if path.endswith(".gguf"):
+        hf = transformers.AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                               dtype=torch.float32)
+    else:
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    hf = hf.eval()
+    pb = PromptBuilder(tok)
+    p_ids = list(tok.encode(prompt))
+    r_ids = [list(tok.encode(r))[: args.response_tokens] for r in responses]
+    g = len(responses)
+    seqs = [list(pb.head("pair", p_ids, r_ids[a], generate=True)) + list(pb.body(r_ids[b], generate=True))
+            + list(pb.suffix("pair", c, generate=True)) for a in range(g) for b in range(g) if a != b for c in crits]
+    pad = tok.pad_id
+
+    def run():
+        for lo in range(0, len(seqs), args.hf_batch):
+            chunk = seqs[lo:lo + args.hf_batch]
+            t = max(map(len, chunk))
+            ids = torch.tensor([[pad] * (t - len(s)) + s for s in chunk])
+            am = torch.tensor([[0] * (t - len(s)) + [1] * len(s) for s in chunk])
+            with torch.no_grad():
+                hf.generate(input_ids=ids, attention_mask=am, max_new_tokens=args.gen_tokens,
+                            min_new_tokens=args.gen_tokens, do_sample=False, pad_token_id=pad)
+
+    secs, cpu = timed(run, args.repeat)
+    n = len(seqs)
+    return dict(judgments=n, seconds=secs, judgments_per_s=n / secs, cpu_seconds=cpu, judgments_per_cpu_s=n / cpu,
+                g=g, batch=args.hf_batch, gen_tokens=args.gen_tokens)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -87,7 +129,8 @@ def main(argv=None):
     ap.add_argument("--gen_tokens", type=int, default=16)
     ap.add_argument("--baseline_g", type=int, default=3, help="responses used to time (b) and (c)")
     ap.add_argument("--full", action="store_true", help="time (b) and (c) on all G responses too")
-    ap.add_argument("--skip", default="", help="comma list of variants to skip: tree,none,gen")
+    ap.add_argument("--skip", default="", help="comma list of variants to skip: tree,none,gen,hf")
+    ap.add_argument("--hf_batch", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--tokens_per_call", type=int, default=0)
     ap.add_argument("--out", default="")
@@ -140,12 +183,18 @@ def main(argv=None):
         run_variant("gen", Judge(model, tok, mode="generate", gen_max_new_tokens=args.gen_tokens, gen_ignore_eos=True,
                                  gen_batch=n_gen, **common), bg)
 
+    if "hf" not in skip:
+        rows["hf"] = time_hf(args, tok, prompt, responses[:bg], crits)
+        r = rows["hf"]
+        print(f"  hf    {r['judgments']:5d} judgments  {r['seconds']:8.2f}s (cpu {r['cpu_seconds']:8.2f}s)  "
+              f"{r['judgments_per_s']:9.2f} judg/s", flush=True)
+
     print(f"\nSmolLM2 judge, G={g}, response {args.response_tokens} tok, prompt {args.prompt_tokens} tok, C={c}, "
           f"all pairs x both orders, {jax.default_backend()} {args.dtype}")
     print(f"{'variant':34s} {'judgments':>9s} {'seconds':>9s} {'judg/s':>9s} {'a / x':>7s} "
           f"{'cpu s':>9s} {'judg/cpu s':>10s} {'a / x':>7s}")
     names = {"tree": "(a) prefix-shared logit judge", "none": "(b) no prefix sharing",
-             "gen": f"(c) generate {args.gen_tokens} tok then parse"}
+             "gen": f"(c) generate {args.gen_tokens} tok then parse", "hf": f"(d) transformers generate {args.gen_tokens}"}
     a_rate = rows.get("tree", {}).get("judgments_per_s")
     a_cpu = rows.get("tree", {}).get("judgments_per_cpu_s")
     for key, label in names.items():
@@ -157,11 +206,13 @@ def main(argv=None):
         print(f"{label:34s} {r['judgments']:9d} {r['seconds']:9.2f} {r['judgments_per_s']:9.2f} {ratio:6.1f}x "
               f"{r['cpu_seconds']:9.2f} {r['judgments_per_cpu_s']:10.2f} {ratio_cpu:6.1f}x")
     summary = {}
-    for key, tag in (("none", "b"), ("gen", "c")):
+    for key, tag in (("none", "b"), ("gen", "c"), ("hf", "d")):
         if a_rate and key in rows:
             summary[f"a_over_{tag}"] = a_rate / rows[key]["judgments_per_s"]
             summary[f"a_over_{tag}_cpu"] = a_cpu / rows[key]["judgments_per_cpu_s"]
-    print("targets: a/b >= 3x, a/c >= 10x;", {k: round(v, 2) for k, v in summary.items()})
+    if "gen" in rows and "hf" in rows:
+        summary["c_over_d"] = rows["gen"]["judgments_per_s"] / rows["hf"]["judgments_per_s"]
+    print("targets: a/b >= 3x, a/d >= 10x (c/d reported);", {k: round(v, 2) for k, v in summary.items()})
     if args.out:
         out = dict(config=vars(args), backend=jax.default_backend(), device=str(jax.devices()[0]),
                    machine=platform.machine(), rows=rows, summary=summary)

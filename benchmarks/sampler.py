@@ -72,7 +72,7 @@ def copy_bandwidth(nbytes=1 << 29, reps=5):
 def time_ours(model, prompts, new_tokens, pad_id, reps):
     tokens, mask = left_pad(prompts, pad_id)
     graphdef, state = nnx.split(model)
-    pre = jax.jit(lambda s, t, m: prefill(nnx.merge(graphdef, s), t, m, t.shape[1] + new_tokens)[0])
+    pre = jax.jit(lambda s, t, m: prefill(nnx.merge(graphdef, s), t, m)[0])
     pre(state, tokens, mask).block_until_ready()
     kw = dict(max_new_tokens=new_tokens, temperature=0.0, eos_ids=(-1,), pad_id=pad_id)
     sample(model, prompts, **kw)  # compile

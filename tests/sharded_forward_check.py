@@ -14,6 +14,7 @@ from flax import nnx
 
 from rubric_jax import load_model
 from rubric_jax.models.sharding import make_mesh, use_mesh
+from sharding_placement import placement
 
 
 def main(ckpt):
@@ -41,10 +42,11 @@ def main(ckpt):
     print(json.dumps({
         "max_diff": float(np.abs(np.asarray(out) - np.asarray(ref))[np.asarray(mask)].max()),
         "out_spec": str(out.sharding.spec),
-        "q_proj": specs["layers/0/self_attn/q_proj/kernel"],
+        "q_proj": specs["layers/self_attn/q_proj/kernel"],
         "embed": specs["embed_tokens/embedding"],
-        "down": specs["layers/1/mlp/down_proj/kernel"],
+        "down": specs["layers/mlp/down_proj/kernel"],
         "devices": len(jax.devices()),
+        "placement": placement(state, mesh),
     }))
 
 

@@ -6,6 +6,7 @@ Tiny random Qwen3 tests share one Judge and a few fixed shapes so each scoring f
 import random
 
 import numpy as np
+from flax import nnx
 import pytest
 
 from rubric_jax.judge import (
@@ -63,6 +64,7 @@ def _softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
+@pytest.mark.slow
 def test_prefix_shared_equals_full_sequences(judge, tiny_qwen3_model, qwen_tokenizer):
     res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
     pts = judge.pointwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
@@ -95,7 +97,8 @@ def test_prefix_shared_equals_full_sequences(judge, tiny_qwen3_model, qwen_token
 
 def test_unrolled_layers_match_scan(tiny_qwen3_model, qwen_tokenizer, judge):
     res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
-    unrolled = Judge(tiny_qwen3_model, qwen_tokenizer, scan_layers=False).pairwise(PROMPT, RESPONSES, CRITERIA)
+    unrolled_model = nnx.merge(*nnx.split(tiny_qwen3_model)).configure(scan_layers=False)  # same arrays
+    unrolled = Judge(unrolled_model, qwen_tokenizer).pairwise(PROMPT, RESPONSES, CRITERIA)
     np.testing.assert_allclose(unrolled.p_first, res.p_first, atol=1e-5)
 
 
@@ -232,6 +235,7 @@ def test_unknown_verdict_tokens(tiny_qwen3_model, qwen_tokenizer):
         j.pairwise(PROMPT, RESPONSES, ["not a criterion"])
 
 
+@pytest.mark.slow
 def test_generate_answers_parsed_or_invalid(tiny_qwen3_model, qwen_tokenizer, monkeypatch):
     assert _parse_pair("Both are fine but A is clearer.\nAnswer: B", ("A", "B")) == 1
     assert _parse_pair("**Answer:** Response A", ("A", "B")) == 0
@@ -300,6 +304,7 @@ def _shuffled(text, seed):
 
 
 @pytest.mark.smollm2
+@pytest.mark.slow
 def test_smollm2_prefers_coherent_answers(smollm2, smollm2_tokenizer):
     """A coherent on-topic answer beats the same words shuffled in >= 80% of pairs, orders averaged.
 

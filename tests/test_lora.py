@@ -1,4 +1,5 @@
-"""LoRA applied from outside: exact base logits at init, merge/unmerge, adapters-off reference, dropout."""
+"""LoRA applied from outside: exact base logits at init, merge/unmerge, adapters-off reference, dropout,
+explicit switches that a jitted function honours (no trace-time globals)."""
 
 import jax
 import jax.numpy as jnp
@@ -6,8 +7,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax.models.lora import (LoRAConfig, apply_lora, lora_disabled, lora_dropout, lora_modules,
-                                    lora_param_count, merge_lora, unmerge_lora)
+from rubric_jax.models.lora import (ALL_TARGETS, LoRAConfig, apply_lora, lora_modules, lora_param_count, merge_lora, set_lora,
+                                    unmerge_lora)
 
 TOKENS = jnp.asarray(np.random.RandomState(0).randint(0, 151936, (2, 12)))
 
@@ -16,7 +17,7 @@ def _lora_model(base, cfg=LoRAConfig(rank=4, alpha=8.0), randomize=False):
     graphdef, state = nnx.split(base)
     model = apply_lora(nnx.merge(graphdef, state), cfg, seed=1)
     if randomize:
-        for i, (_, _, mod) in enumerate(lora_modules(model)):
+        for i, (_, mod) in enumerate(lora_modules(model)):
             b = mod.lora_b.get_value()
             mod.lora_b.set_value(jax.random.normal(jax.random.key(i), b.shape) * 0.05)
     return model
@@ -47,34 +48,68 @@ def test_merged_weights_give_the_adapters_logits_and_unmerge_restores(tiny_qwen3
     with_adapters, _ = model(TOKENS)
     base, _ = tiny_qwen3_model(TOKENS)
     assert np.abs(np.asarray(with_adapters) - np.asarray(base)).max() > 1e-3  # the adapters do something
-    with lora_disabled():
-        off, _ = model(TOKENS)
+    off, _ = set_lora(model, enabled=False)(TOKENS)
     np.testing.assert_array_equal(np.asarray(off), np.asarray(base))
+    set_lora(model, enabled=True)
 
-    adapters = {(li, name): mod for li, name, mod in lora_modules(model)}
-    merged = merge_lora(model)
+    adapters = merge_lora(model)
+    merged = model
+    assert sorted(adapters) == sorted(ALL_TARGETS)
     assert not lora_modules(merged)
     out, _ = merged(TOKENS)
     np.testing.assert_allclose(np.asarray(out), np.asarray(with_adapters), atol=1e-4)
     unmerge_lora(merged, adapters)
     back, _ = merged(TOKENS)
     np.testing.assert_allclose(np.asarray(back), np.asarray(with_adapters), atol=1e-4)
-    with lora_disabled():
-        off, _ = merged(TOKENS)
+    off, _ = set_lora(merged, enabled=False)(TOKENS)
     np.testing.assert_allclose(np.asarray(off), np.asarray(base), atol=1e-4)
 
 
-def test_dropout_only_inside_its_context(tiny_qwen3_model):
+def test_dropout_only_when_switched_on(tiny_qwen3_model):
     model = _lora_model(tiny_qwen3_model, LoRAConfig(rank=4, alpha=8.0, dropout=0.5), randomize=True)
     plain1, _ = model(TOKENS)
     plain2, _ = model(TOKENS)
     np.testing.assert_array_equal(np.asarray(plain1), np.asarray(plain2))
-    with lora_dropout(jax.random.key(0)):
-        d1, _ = model(TOKENS)
-    with lora_dropout(jax.random.key(1)):
-        d2, _ = model(TOKENS)
+    d1, _ = set_lora(model, dropout_key=jax.random.key(0))(TOKENS)
+    d2, _ = set_lora(model, dropout_key=jax.random.key(1))(TOKENS)
     assert np.abs(np.asarray(d1) - np.asarray(plain1)).max() > 1e-4
     assert np.abs(np.asarray(d1) - np.asarray(d2)).max() > 1e-4
+    # each layer draws its own mask: layer keys differ
+    keys = jax.random.key_data(model.layers.self_attn.q_proj.dropout_key[...])
+    assert not np.array_equal(np.asarray(keys[0]), np.asarray(keys[1]))
+    off, _ = set_lora(model, dropout=False)(TOKENS)
+    np.testing.assert_array_equal(np.asarray(off), np.asarray(plain1))
+
+
+def test_toggling_adapters_between_calls_of_a_jitted_function(tiny_qwen3_model):
+    """The switch is part of the module graph: a function jitted once retraces after a toggle."""
+    model = _lora_model(tiny_qwen3_model, randomize=True)
+    f = nnx.jit(lambda m, t: m(t)[0])
+    on = np.asarray(f(model, TOKENS))
+    off = np.asarray(f(set_lora(model, enabled=False), TOKENS))
+    again = np.asarray(f(set_lora(model, enabled=True), TOKENS))
+    base, _ = tiny_qwen3_model(TOKENS)  # eager: equal up to float rounding of another program
+    np.testing.assert_allclose(off, np.asarray(base), atol=1e-5)
+    assert np.abs(on - off).max() > 1e-3
+    np.testing.assert_array_equal(again, on)
+    # the same through split/merge with the graph definition as a static argument
+    g = jax.jit(lambda gd, st, t: nnx.merge(gd, st)(t)[0], static_argnums=0)
+    on2 = np.asarray(g(*nnx.split(model), TOKENS))
+    off2 = np.asarray(g(*nnx.split(set_lora(model, enabled=False)), TOKENS))
+    np.testing.assert_array_equal(on2, on)
+    np.testing.assert_array_equal(off2, off)
+
+
+def test_adapters_are_stacked_per_layer(tiny_qwen3_model):
+    model = _lora_model(tiny_qwen3_model)
+    cfg = tiny_qwen3_model.cfg
+    q = model.layers.self_attn.q_proj
+    assert q.lora_a.get_value().shape == (cfg.num_layers, cfg.hidden_size, 4)
+    assert q.lora_b.get_value().shape == (cfg.num_layers, 4, cfg.num_heads, cfg.head_dim)
+    assert q.lora_a.get_metadata()["axes"] == ("layers", "embed", "lora_rank")
+    # layers get independent initial A
+    a = np.asarray(q.lora_a.get_value())
+    assert not np.allclose(a[0], a[1])
 
 
 def test_bad_config_errors():

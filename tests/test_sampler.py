@@ -1,10 +1,12 @@
-"""Sampler: logit filters on hand-made logits, EOS handling, determinism, cache vs recompute, G-way prefill."""
+"""Sampler: logit filters on hand-made logits, EOS handling, determinism, cache vs recompute, prompts as a
+shared prefix vs a repeated cache."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from rubric_jax.models.transformer import KVCache
 from rubric_jax.sampling import filter_logits, left_pad, prefill, sample, sample_from_logits
 from rubric_jax.sampling.filters import logprob_and_entropy, min_p_filter, top_k_filter, top_p_filter
 
@@ -42,6 +44,7 @@ def test_filters_compose_in_order_and_temperature_flattens():
     assert kept(hot) == [True, True, True, True, False]
 
 
+@pytest.mark.slow
 def test_sampling_frequencies_respect_filters():
     keys = jax.random.split(jax.random.key(0), 4000)
     draw = jax.vmap(lambda k: sample_from_logits(k, jnp.asarray(LOGITS), temperature=1.0, top_k=3))(keys)[:, 0]
@@ -81,6 +84,7 @@ def _recompute_logprobs(model, prompt, completion):
     return np.asarray(logp[idx, np.asarray(completion)])
 
 
+@pytest.mark.slow
 def test_decode_with_cache_equals_full_recompute(tiny_qwen3_model):
     out = sample(tiny_qwen3_model, PROMPTS, max_new_tokens=12, temperature=1.0, eos_ids=(-1,), pad_id=0, seed=3)
     assert out.lengths.tolist() == [12, 12, 12]
@@ -88,6 +92,7 @@ def test_decode_with_cache_equals_full_recompute(tiny_qwen3_model):
         np.testing.assert_allclose(lps[: len(comp)], _recompute_logprobs(tiny_qwen3_model, prompt, comp), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_eos_stops_each_sequence(tiny_qwen3_model):
     free = sample(tiny_qwen3_model, PROMPTS, max_new_tokens=8, temperature=0.0, eos_ids=(-1,), pad_id=7)
     stop = int(free.tokens[0, 2])
@@ -101,6 +106,7 @@ def test_eos_stops_each_sequence(tiny_qwen3_model):
             assert out.lengths[r] == 8 and out.tokens[r].tolist() == free.tokens[r].tolist()
 
 
+@pytest.mark.slow
 def test_seeded_determinism(tiny_qwen3_model):
     kw = dict(max_new_tokens=10, temperature=1.0, top_k=50, top_p=0.95, eos_ids=(-1,), pad_id=0)
     a = sample(tiny_qwen3_model, PROMPTS, seed=11, **kw)
@@ -110,17 +116,36 @@ def test_seeded_determinism(tiny_qwen3_model):
     assert not (a.tokens == c.tokens).all()
 
 
-def test_shared_prefix_prefill_equals_repeated_prompts(tiny_qwen3_model):
-    g = 4
+def _repeated_cache_greedy(model, tokens, mask, g, new):
+    """Reference sampler: each prompt copied G times into one plain cache, greedy decode, no prefixes."""
+    tok = jnp.asarray(np.repeat(tokens, g, 0))
+    msk = jnp.asarray(np.repeat(mask, g, 0))
+    cache = KVCache.empty(model.cfg, tok.shape[0], tok.shape[1] + new)
+    logits, cache = model(tok, mask_bt=msk, cache=cache)
+    first = np.asarray(logits[:, -1])
+    step, out = logits[:, -1], []
+    for _ in range(new):
+        nxt = jnp.argmax(step, -1).astype(jnp.int32)
+        out.append(np.asarray(nxt))
+        step, cache = model(nxt[:, None], cache=cache)
+        step = step[:, 0]
+    return first, np.stack(out, 1)
+
+
+@pytest.mark.slow
+def test_prefix_sampler_equals_repeated_cache_sampler(tiny_qwen3_model):
+    g, new = 3, 8
     tokens, mask = left_pad(PROMPTS, pad_id=0)
-    shared, cache = prefill(tiny_qwen3_model, jnp.asarray(tokens), jnp.asarray(mask), 32, num_samples=g)
-    rep, rep_cache = prefill(tiny_qwen3_model, jnp.asarray(np.repeat(tokens, g, 0)),
-                             jnp.asarray(np.repeat(mask, g, 0)), 32)
+    shared, prefix = prefill(tiny_qwen3_model, jnp.asarray(tokens), jnp.asarray(mask), num_samples=g)
+    assert prefix.k.shape[1] == len(PROMPTS)  # one copy per prompt, not per sample
+    first_ref, toks_ref = _repeated_cache_greedy(tiny_qwen3_model, tokens, mask, g, new)
     assert shared.shape == (len(PROMPTS) * g, tiny_qwen3_model.cfg.vocab_size)
-    np.testing.assert_allclose(np.asarray(shared), np.asarray(rep), atol=1e-5)
-    np.testing.assert_allclose(np.asarray(cache.k[1]), np.asarray(rep_cache.k[1]), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(shared), first_ref, atol=1e-5)
+    out = sample(tiny_qwen3_model, PROMPTS, num_samples=g, max_new_tokens=new, temperature=0.0, eos_ids=(-1,),
+                 pad_id=0)
+    np.testing.assert_array_equal(out.tokens, toks_ref)
     # The G samples of one prompt differ from each other (independent keys per row).
-    out = sample(tiny_qwen3_model, PROMPTS, num_samples=g, max_new_tokens=6, temperature=1.0, eos_ids=(-1,),
+    out = sample(tiny_qwen3_model, PROMPTS, num_samples=4, max_new_tokens=6, temperature=1.0, eos_ids=(-1,),
                  pad_id=0, seed=0)
-    assert out.tokens.shape == (len(PROMPTS) * g, 6)
-    assert len({tuple(r) for r in out.tokens[:g]}) > 1
+    assert out.tokens.shape == (len(PROMPTS) * 4, 6)
+    assert len({tuple(r) for r in out.tokens[:4]}) > 1

@@ -33,9 +33,10 @@ class JudgeConfig:
     tokens_per_call: int = 0  # padded tokens per scoring call; 0 = 16k on CPU, 128k on accelerators
     lane_tokens: int = 128  # lane lengths tried for packing criterion suffixes go up to 4x this
     len_steps: int = 4  # length buckets per octave (16, 20, 24, 28, 32, 40, ...)
-    # lax.scan over the layers: compiles one block instead of num_layers (much faster compiles), at the
-    # cost of a stacked copy of the layer weights held by the judge. False: unrolled, no copy.
-    scan_layers: bool = True
+    # Compiled scoring shapes per kind over the judge's life (the last one is a ceiling that fits
+    # what comes later), and how much padding a reused shape may cost relative to a fresh one.
+    max_shapes: int = 4
+    reuse_slack: float = 2.0
     min_verdict_mass: float = 0.0  # logit/hard: invalid if the verdict tokens hold less probability
     cache_entries: int = 1_000_000  # judgment cache size (0 disables it)
     # generate mode
@@ -52,6 +53,8 @@ class JudgeConfig:
             raise ValueError(f"pairing: unknown {self.pairing!r}; expected one of {PAIRINGS}")
         if self.sharing not in SHARING:
             raise ValueError(f"sharing: unknown {self.sharing!r}; expected one of {SHARING}")
+        if self.max_shapes < 1:
+            raise ValueError(f"max_shapes: must be >= 1, got {self.max_shapes}")
 
 
 @dataclasses.dataclass

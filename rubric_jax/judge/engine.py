@@ -1,4 +1,4 @@
-"""The judge engine: rollouts and criteria in, verdict matrices out (DESIGN.md sections 4 and 5).
+"""The judge engine: rollouts and criteria in, verdict matrices out (docs/method.md: RcRL and RARE).
 
     judge = Judge(model, tokenizer)
     res = judge.pairwise(prompt, responses, rubric)            # PairwiseResult: p[G, G, C], win rates, ...
@@ -22,9 +22,9 @@ answers are invalid). sharing="none" scores every judgment as one full sequence 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
-import weakref
 from typing import Any, Sequence
 
 import jax
@@ -42,6 +42,8 @@ from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, digit_token_id
 from rubric_jax.rewards import health
 from rubric_jax.rewards.pairwise import hard_verdicts, symmetrize, win_rates
 from rubric_jax.rubrics.types import Criterion, Rubric
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -61,8 +63,7 @@ class _Job:
 class Judge:
     """A frozen judge model plus its prompts, compiled scoring functions, cache and statistics.
 
-    The model's weights are captured when the Judge is built (the judge is frozen); call
-    `refresh()` after changing them.
+    The model's weights are read at every call, so a Judge never scores with stale weights.
     """
 
     def __init__(self, model, tokenizer, config: JudgeConfig | None = None, *, model_id: str | None = None,
@@ -81,19 +82,56 @@ class Judge:
         self.model_id = model_id or model_fingerprint(model)
         self.cache = cache if cache is not None else JudgmentCache(config.cache_entries)
         self.stats = JudgeStats()
-        self.refresh()
+        self._shapes: dict[tuple, list] = {}  # compiled call shapes per (kind, verdict ids)
 
     def refresh(self) -> None:
-        """Re-reads the model's weights (and restacks them for the layer scan)."""
-        self.graphdef, self.state = nnx.split(self.model)
-        stacked = forward.stack_layers(self.model) if self.config.scan_layers else None
-        self.layer_graphdef, self.layer_states = stacked if stacked is not None else (None, None)
+        """Kept for callers of the old API: weights are read at every call."""
 
     @property
     def tokens_per_call(self) -> int:
         if self.config.tokens_per_call:
             return self.config.tokens_per_call
         return 16384 if jax.default_backend() == "cpu" else 131072
+
+    # ---- shapes: a bounded number of compiled programs ----------------------------------------
+    def _pick_shape(self, kind, fresh, need, lanes_at, cost):
+        """The call shape (hn, t1, jn, tb, lc, lane, r) for this batch of work, compiling at most
+        `config.max_shapes` shapes per kind over the judge's life.
+
+        A compiled shape that fits is reused when it costs at most `reuse_slack` times the fresh
+        bucketed shape (or always, once the budget is spent). The last slot of the budget goes to a
+        ceiling shape, the elementwise maximum of everything seen grown by half on the length axes, so
+        that later calls keep fitting a compiled program.
+        """
+        cfg = self.config
+        shapes = self._shapes.setdefault(kind, [])
+
+        def fits(sh):
+            hn, t1, jn, tb, lc, lane, r = sh
+            return (t1 >= need["t1"] and jn >= need["jn"] and tb >= need["tb"] and r >= need["r"]
+                    and lane >= need["longest"] and lc >= lanes_at(lane))
+
+        fitting = sorted((sh for sh in shapes if fits(sh)), key=cost)
+        budget_left = cfg.max_shapes - len(shapes)
+        if fitting and (budget_left <= 0 or cost(fitting[0]) <= cfg.reuse_slack * cost(fresh)):
+            return fitting[0]
+        if budget_left > 1 or not shapes:
+            shapes.append(fresh)
+            return fresh
+        if budget_left == 1:
+            grow = lambda x: bucket(int(x * 1.5), cfg.len_steps)
+            stack = shapes + [fresh]
+            lane = grow(max(sh[5] for sh in stack))
+            ceiling = (max(sh[0] for sh in stack), grow(max(sh[1] for sh in stack)), max(sh[2] for sh in stack),
+                       grow(max(sh[3] for sh in stack)), max(max(sh[4] for sh in stack), lanes_at(lane)), lane,
+                       max(sh[6] for sh in stack))
+            shapes.append(ceiling)
+            return ceiling
+        # Budget spent and nothing fits: correctness first (one more compilation), and say so.
+        log.warning("judge: no compiled %s shape fits %s (budget of %d spent): compiling another",
+                    kind[0], need, cfg.max_shapes)
+        shapes.append(fresh)
+        return fresh
 
     # ---- device calls ------------------------------------------------------------------------
     def _run_tree(self, jobs: list[_Job], suffixes: list[tuple[int, ...]], ids: list[int]):
@@ -123,32 +161,43 @@ class Judge:
                     fill.append(n)
             return lanes
 
-        # Lane length: the ladder value that minimises padded lane tokens weighted by their cost (a fixed
-        # per-token cost plus attention over head + body + lane keys). Distinct criteria sets are few.
-        context = max(len(j.head) + len(j.body) for j in jobs)
-        sets = {tuple(sorted(j.crits)): j for j in jobs}
+        heads: dict[tuple[int, ...], list] = {}
+        for job in jobs:
+            heads.setdefault(job.head, []).append(job)
+        need = dict(t1=max(len(h) for h in heads), jn=max(len(js) for js in heads.values()),
+                    tb=max(len(j.body) for j in jobs), r=max(len(j.crits) for j in jobs), longest=longest)
+        sets = list({tuple(sorted(j.crits)): j for j in jobs}.values())  # distinct criteria sets: few
+
+        def lanes_at(lane):
+            return max(len(pack(j, lane)) for j in sets)
+
+        def cost(shape):
+            """Padded tokens of the whole call under a shape, weighted by attention over its context."""
+            hn, t1, jn, tb, lc, lane, _ = shape
+            per_head = t1 + jn * (tb + lc * lane)
+            return -(-len(heads) // hn) * hn * per_head * (1000 + t1 + tb + lane)
+
+        # Fresh shape: lane length minimising padded lane tokens weighted by their cost (a fixed per-token
+        # cost plus attention over head + body + lane keys), every length on the bucket ladder.
+        context = max(len(h) + len(j.body) for h, js in heads.items() for j in js)
         best = None
         for lane in sorted({bucket(x, cfg.len_steps) for x in range(longest, max(longest, cfg.lane_tokens) * 4 + 1, 8)}
                            | {bucket(longest, cfg.len_steps)}):
             if lane < longest:
                 continue
-            lc = max(len(pack(j, lane)) for j in sets.values())
-            cost = lc * lane * (1000 + context + lane)
-            if best is None or cost < best[0]:
-                best = (cost, lane)
+            c = lanes_at(lane) * lane * (1000 + context + lane)
+            if best is None or c < best[0]:
+                best = (c, lane)
         lane = best[1]
-        heads: dict[tuple[int, ...], list] = {}
-        for job in jobs:
-            heads.setdefault(job.head, []).append((job.body, pack(job, lane)))
-        head_list = list(heads.items())
-        t1 = bucket(max(len(h) for h, _ in head_list), cfg.len_steps)
-        jn = max(len(us) for _, us in head_list)
-        tb = max(8, bucket(max(len(b) for _, us in head_list for b, _ in us), cfg.len_steps) if
-                 any(len(b) for _, us in head_list for b, _ in us) else 8)
-        lc = max(len(ls) for _, us in head_list for _, ls in us)
-        r = pow2(max(sum(len(x) for x in ls) for _, us in head_list for _, ls in us))
+        t1 = bucket(need["t1"], cfg.len_steps)
+        tb = max(8, bucket(need["tb"], cfg.len_steps) if need["tb"] else 8)
+        lc, r, jn = lanes_at(lane), pow2(need["r"]), need["jn"]
         per_head = t1 + jn * (tb + lc * lane)
-        hn = max(1, min(bucket(len(head_list), 4, 1, 1), pow2_floor(self.tokens_per_call // per_head)))
+        hn = max(1, min(bucket(len(heads), 4, 1, 1), pow2_floor(self.tokens_per_call // per_head)))
+        shape = self._pick_shape(("tree", len(ids)), (hn, t1, jn, tb, lc, lane, r), need, lanes_at, cost)
+        hn, t1, jn, tb, lc, lane, r = shape
+        per_head = t1 + jn * (tb + lc * lane)
+        head_list = [(h, [(j.body, pack(j, lane)) for j in js]) for h, js in heads.items()]
         ids_arr = jnp.asarray(ids, jnp.int32)
         pad = self.tokenizer.pad_id
         results = {}
@@ -185,11 +234,11 @@ class Judge:
                             k += 1
                             pos += ns
                             self.stats.real_tokens += ns
-            self.stats.shapes.add(("tree", hn, t1, jn, tb, lc, lane, r, len(ids)))
+            self.stats.shapes.add(("tree", len(ids)) + shape)
             self.stats.model_calls += 1
             self.stats.padded_tokens += hn * per_head
-            vl, lse = forward.tree_score_jit(self.graphdef, self.state, self.layer_graphdef, self.layer_states,
-                                             jnp.asarray(htok), jnp.asarray(hmask), jnp.asarray(btok),
+            graphdef, state = nnx.split(self.model)
+            vl, lse = forward.tree_score_jit(graphdef, state, jnp.asarray(htok), jnp.asarray(hmask), jnp.asarray(btok),
                                              jnp.asarray(bvalid), jnp.asarray(ltok), jnp.asarray(lseg),
                                              jnp.asarray(lrel), jnp.asarray(read), ids_arr)
             vl, lse = np.asarray(vl), np.asarray(lse)
@@ -219,7 +268,8 @@ class Judge:
             self.stats.shapes.add(("full", b, t, len(ids)))
             self.stats.model_calls += 1
             self.stats.padded_tokens += b * t
-            vl, lse = forward.full_score_jit(self.graphdef, self.state, jnp.asarray(tok), jnp.asarray(valid),
+            graphdef, state = nnx.split(self.model)
+            vl, lse = forward.full_score_jit(graphdef, state, jnp.asarray(tok), jnp.asarray(valid),
                                              jnp.asarray(read), ids_arr)
             vl, lse = np.asarray(vl), np.asarray(lse)
             for i, (_, key) in enumerate(chunk):
@@ -577,22 +627,13 @@ def _standing(gr, mode, min_mass) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Module-level API with a small per-model judge registry
-
-
-_JUDGES: list[tuple[Any, Any, tuple, Judge]] = []
+# Module-level API: a fresh Judge per call (no registry that could serve a stale model or config);
+# the compiled scoring programs are shared anyway, since jit keys them on the model's graph and shapes.
 
 
 def get_judge(model, tokenizer, **config) -> Judge:
-    """The Judge for (model, tokenizer, config), built once and reused (compilations, cache)."""
-    key = tuple(sorted(config.items()))
-    for wm, wt, k, judge in _JUDGES:
-        if wm() is model and wt() is tokenizer and k == key:
-            return judge
-    judge = Judge(model, tokenizer, **config)
-    _JUDGES[:] = [e for e in _JUDGES if e[0]() is not None][-3:]
-    _JUDGES.append((weakref.ref(model), weakref.ref(tokenizer), key, judge))
-    return judge
+    """A Judge for (model, tokenizer, config)."""
+    return Judge(model, tokenizer, **config)
 
 
 def pairwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria, mode: str = "logit", *,

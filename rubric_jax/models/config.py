@@ -13,6 +13,9 @@ import os
 from typing import Any
 
 ARCHS = ("qwen3", "llama")
+REMAT_POLICIES = ("none", "full", "dots_saveable")
+ATTENTION_IMPLS = ("plain", "xla", "cudnn", "chunked")
+RUNTIME_FIELDS = ("scan_layers", "remat", "attention", "attention_chunk")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +38,11 @@ class ModelConfig:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
     name: str = ""
+    # How the forward runs (no effect on the numbers beyond float rounding); see transformer.py.
+    scan_layers: bool = True  # lax.scan over the stacked layers (one compiled layer body) or an unrolled loop
+    remat: str = "none"  # "none", "full" (recompute each layer in backward) or "dots_saveable"
+    attention: str = "plain"  # "plain", "xla"/"cudnn" (jax.nn.dot_product_attention), "chunked"
+    attention_chunk: int = 512  # query block of the "chunked" attention
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -43,6 +51,12 @@ class ModelConfig:
             raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention must be one of {ATTENTION_IMPLS}, got {self.attention!r}")
+        if self.attention_chunk < 1:
+            raise ValueError(f"attention_chunk must be >= 1, got {self.attention_chunk}")
 
     @property
     def qk_norm(self) -> bool:

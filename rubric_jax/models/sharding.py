@@ -1,10 +1,13 @@
 """Device meshes and logical-axis sharding.
 
-Every parameter carries logical axis names (`axes` metadata: "vocab", "embed", "heads", ...); one rules
-table maps them to mesh axes ("data", "fsdp", "tensor"). Activations are annotated with `constrain`,
-which is a no-op unless a mesh is active (`with use_mesh(mesh):`), so the same model code runs on one
-device and on a mesh. A mesh axis that does not divide a dimension is dropped for that array
-(replicated) rather than failing: tiny test models have 2 kv heads, a mesh may have tensor=4.
+Every parameter carries logical axis names (`axes` metadata: "layers", "vocab", "embed", "heads", ...);
+one rules table maps them to mesh axes ("data", "fsdp", "tensor"); a logical name missing from the table
+is an error, not a silent replication. Activations are annotated with `constrain`, which reads JAX's own
+mesh context (`with use_mesh(mesh):` is `jax.set_mesh`): outside a mesh it is a no-op, so the same model
+code runs on one device and on a mesh, and since jit keys its cache on that context, a function traced
+outside a mesh is traced again inside one (no stale shardings). A mesh axis that does not divide a
+dimension is dropped for that array (replicated) rather than failing: tiny test models have 2 kv
+heads, a mesh may have tensor=4.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 # logical axis -> mesh axis (or tuple of mesh axes, or None = replicated)
 DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
+    ("layers", None),  # stacked layer weights: every device holds all layers of its shard (scanned)
     ("batch", ("data", "fsdp")),
     ("seq", None),
     ("vocab", "tensor"),
@@ -30,9 +34,6 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("mlp", "tensor"),
     ("lora_rank", None),
 )
-
-_ACTIVE: list[tuple[Mesh, tuple]] = []
-
 
 def make_mesh(shape: Mapping[str, int] | Sequence[tuple[str, int]], devices=None) -> Mesh:
     """Mesh with named axes, e.g. {"data": 2, "tensor": 4}; a -1 size takes the remaining devices."""
@@ -53,6 +54,8 @@ def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int] | None, mes
     used: set[str] = set()
     spec = []
     for i, name in enumerate(axes):
+        if name is not None and name not in table:
+            raise ValueError(f"logical axis {name!r} has no sharding rule (known: {sorted(table)})")
         target = table.get(name) if name is not None else None
         targets = (target,) if isinstance(target, str) else tuple(target or ())
         kept = []
@@ -69,21 +72,20 @@ def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int] | None, mes
 
 
 @contextlib.contextmanager
-def use_mesh(mesh: Mesh, rules=DEFAULT_RULES) -> Iterator[Mesh]:
-    """Activates `constrain` annotations (inside jit) for this mesh."""
-    _ACTIVE.append((mesh, tuple(rules)))
-    try:
+def use_mesh(mesh: Mesh) -> Iterator[Mesh]:
+    """Makes `mesh` JAX's current mesh: `constrain` annotations inside jit then shard for it."""
+    with jax.set_mesh(mesh):
         yield mesh
-    finally:
-        _ACTIVE.pop()
 
 
-def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
-    if not _ACTIVE:
+def constrain(x: jax.Array, axes: Sequence[str | None], rules=DEFAULT_RULES) -> jax.Array:
+    """Sharding constraint from logical axes under the current mesh (read at trace time from JAX's
+    context, which is part of jit's cache key); the identity outside a mesh."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
         return x
-    mesh, rules = _ACTIVE[-1]
     spec = logical_to_spec(axes, x.shape, mesh, rules)
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+    return jax.lax.with_sharding_constraint(x, spec)
 
 
 def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES):

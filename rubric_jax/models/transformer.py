@@ -3,21 +3,30 @@
 One forward serves every caller:
   training            tokens (B, T), no cache                      -> logits (B, T, V)
   prefill             tokens (B, T), empty cache                   -> logits, cache holding T slots
-  decode              tokens (B, 1), cache                         -> logits, cache + 1 slot
-  chunked scoring     tokens (B, T), cache holding a shared prefix  -> logits of the chunk, cache
+  decode              tokens (B, 1), cache (+ shared prefixes)     -> logits, cache + 1 slot
+  prefix-tree scoring tokens (B, T), shared prefixes, tree mask    -> logits or hidden states
 
-Left padding is expressed by `mask_bt` (True = real token). Cache slots remember which of them hold
-real tokens, so padded prompts and ragged continuations attend only to what is real. The model knows
-nothing of training: LoRA wraps `Linear` modules from outside (rubric_jax.models.lora), sharding is
-read from each parameter's logical `axes` (rubric_jax.models.sharding).
+Shared prefixes (`prefixes=(Prefix, ...)`): a prefix is a per-layer key/value block (L, P, K, S, H)
+with a validity mask (P, S), read by B/P consecutive rows. Each query attends to all its prefixes
+plus its own cache or chunk with one softmax taken across the parts (a common max and sum, never a
+concatenated or repeated copy of a prefix). The sampler decodes B*G rows against the B prompts'
+prefix; the judge scores response bodies against instruction heads, and criterion lanes against
+both. Rotary positions of a row continue after the real tokens of its prefixes.
 
-Shape letters (DESIGN.md section 2): B batch, T chunk length, S cache length, D model dim, N query
-heads, K kv heads, H head dim, F MLP hidden, V vocab.
+Layer weights are stacked on a leading "layers" axis and run with `lax.scan` (one compiled layer
+body), with optional rematerialisation; `cfg.scan_layers=False` unrolls the same stacked weights.
+Left padding is expressed by `mask_bt` (True = real token). The model knows nothing of training:
+LoRA wraps `Linear` modules from outside (models/lora.py), sharding is read from each parameter's
+logical `axes` (models/sharding.py) and from JAX's own mesh context.
+
+Shape letters: B batch, T chunk length, S cache/prefix length, D model dim, N query heads, K kv
+heads, G = N/K query heads per kv head, H head dim, F MLP hidden, V vocab, L layers, P prefix rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -35,11 +44,11 @@ _MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class KVCache:
-    """Per-layer keys/values plus which slots are real tokens and where the next chunk goes."""
+    """Keys/values of every layer plus which slots are real tokens and where the next chunk goes."""
 
     # Heads before slots, so both attention matmuls batch over (B, K) with no transpose of the cache.
-    k: tuple[jax.Array, ...]  # L x (B, K, S, H)
-    v: tuple[jax.Array, ...]  # L x (B, K, S, H)
+    k: jax.Array  # (L, B, K, S, H)
+    v: jax.Array  # (L, B, K, S, H)
     valid_bs: jax.Array  # (B, S) bool: slot holds a real (non-pad) token
     index: jax.Array  # () int32: next slot to write
 
@@ -49,26 +58,34 @@ class KVCache:
 
     @classmethod
     def empty(cls, cfg: ModelConfig, batch: int, size: int, dtype=jnp.float32) -> "KVCache":
-        shape = (batch, cfg.num_kv_heads, size, cfg.head_dim)
-        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
-        return cls(k=zeros, v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
-                   valid_bs=jnp.zeros((batch, size), bool), index=jnp.zeros((), jnp.int32))
+        shape = (cfg.num_layers, batch, cfg.num_kv_heads, size, cfg.head_dim)
+        return cls(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype), valid_bs=jnp.zeros((batch, size), bool),
+                   index=jnp.zeros((), jnp.int32))
 
     def lengths(self) -> jax.Array:
-        """Real tokens held per row, i.e. the next rotary position of each row."""
+        """Real tokens held per row."""
         return self.valid_bs.sum(-1).astype(jnp.int32)
 
-    def repeat(self, n: int) -> "KVCache":
-        """Each row repeated n times (b0, b0, ..., b1, ...): G samples from one prefilled prompt."""
-        rep = lambda x: jnp.repeat(x, n, axis=0)
-        return KVCache(k=tuple(map(rep, self.k)), v=tuple(map(rep, self.v)),
-                       valid_bs=rep(self.valid_bs), index=self.index)
+    def as_prefix(self) -> "Prefix":
+        """This cache, read-only, as a shared prefix (each of its rows read by B/P rows of a later call)."""
+        return Prefix(k=self.k, v=self.v, valid_ps=self.valid_bs)
 
-    def take(self, rows: jax.Array) -> "KVCache":
-        """Rows gathered by index: several continuations scored against shared prefixes."""
-        tk = lambda x: jnp.take(x, rows, axis=0)
-        return KVCache(k=tuple(map(tk, self.k)), v=tuple(map(tk, self.v)),
-                       valid_bs=tk(self.valid_bs), index=self.index)
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Prefix:
+    """A shared, read-only key/value block: row p is read by rows [p*B/P, (p+1)*B/P) of the batch."""
+
+    k: jax.Array  # (L, P, K, S, H)
+    v: jax.Array  # (L, P, K, S, H)
+    valid_ps: jax.Array  # (P, S) bool
+
+    @property
+    def rows(self) -> int:
+        return self.valid_ps.shape[0]  # P
+
+    def lengths(self) -> jax.Array:
+        return self.valid_ps.sum(-1).astype(jnp.int32)
 
 
 class Linear(nnx.Module):
@@ -128,10 +145,97 @@ def apply_rope(x_btnh, positions_bt, inv_freq):
     return out.astype(x_btnh.dtype)
 
 
+# ---------------------------------------------------------------------------------------------
+# Attention arithmetic: the only copy in the project.
+
+def _attend_parts(q_btkgh, parts):
+    """One softmax over several key blocks. parts: (scores_bkgts, v_bksh, mask broadcastable to scores).
+
+    Running max and sum across the blocks: the result equals softmax over their concatenation."""
+    scores = [jnp.where(m, s, _MASK_VALUE) for s, _, m in parts]
+    mx = functools.reduce(jnp.maximum, [jnp.max(s, axis=-1, keepdims=True) for s in scores])
+    exps = [jnp.exp(s - mx) for s in scores]
+    inv = 1.0 / functools.reduce(jnp.add, [jnp.sum(e, axis=-1, keepdims=True) for e in exps])
+    return exps, inv
+
+
+def attention(q_btnh, k_bksh, v_bksh, mask_bts, prefixes=(), cached=None, *, impl: str = "plain",
+              chunk: int = 512):
+    """Grouped-query attention of a chunk's queries over its own keys, a cache and shared prefixes.
+
+    q (B, T, N, H); the chunk's keys/values (B, K, T, H) with mask (B, T, T); cached: the row's
+    earlier keys (k (B, K, S, H), v, mask (B, S)) or None; prefixes: per-layer tuples
+    (k (P, K, Sp, H), v, valid (P, Sp)), prefix p read by rows [p*B/P, (p+1)*B/P). Returns (B, T, N, H).
+    """
+    b, t, n, h = q_btnh.shape
+    kh = k_bksh.shape[1]
+    g = n // kh
+    plain = not prefixes and cached is None
+    if plain and impl in ("xla", "cudnn"):
+        # Fused kernel (cuDNN flash attention on GPU); the mask covers padding and causality. A
+        # query row with no real key (left padding) becomes a uniform average: finite, and unused.
+        return jax.nn.dot_product_attention(q_btnh, k_bksh.transpose(0, 2, 1, 3).astype(q_btnh.dtype),
+                                            v_bksh.transpose(0, 2, 1, 3).astype(q_btnh.dtype),
+                                            mask=mask_bts[:, None], implementation=impl)
+    if plain and impl == "chunked" and t > chunk:
+        return _chunked_attention(q_btnh, k_bksh, v_bksh, mask_bts, chunk)
+    scale = 1.0 / math.sqrt(h)
+    f32 = jnp.float32
+    # Every matmul is a plain batched (batch..., M, K) x (batch..., K, N): the form every backend
+    # lowers well (XLA:CPU has no bf16 kernel for dots with scattered batch and free dimensions).
+    q = q_btnh.reshape(b, t, kh, g, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, g * t, h)  # (B, K, G*T, H)
+    own = [(k_bksh, v_bksh, mask_bts)] + ([] if cached is None else [(cached[0], cached[1], cached[2][:, None, :])])
+    parts = []
+    for kk, vv, mm in own:
+        sc = jnp.einsum("bkqh,bksh->bkqs", q, kk.astype(q.dtype), preferred_element_type=f32) * scale
+        parts.append((sc.reshape(b, kh, g, t, -1), vv, mm[:, None, None]))
+    for pk, pv, pvalid in prefixes:
+        p = pk.shape[0]
+        r = b // p
+        qp = q.reshape(p, r, kh, g * t, h).transpose(0, 2, 1, 3, 4).reshape(p, kh, r * g * t, h)
+        sc = jnp.einsum("pkqh,pksh->pkqs", qp, pk.astype(q.dtype), preferred_element_type=f32) * scale
+        sc = sc.reshape(p, kh, r, g, t, -1).transpose(0, 2, 1, 3, 4, 5).reshape(b, kh, g, t, -1)
+        parts.append((sc, pv, jnp.repeat(pvalid, r, axis=0)[:, None, None, None]))
+    exps, inv = _attend_parts(q, parts)
+    out = None
+    for (_, vv, _), e in zip(parts, exps):
+        pr = (e * inv).astype(vv.dtype)
+        if vv.shape[0] == b:
+            o = jnp.einsum("bkqs,bksh->bkqh", pr.reshape(b, kh, g * t, -1), vv, preferred_element_type=f32)
+        else:
+            p = vv.shape[0]
+            r = b // p
+            pp = pr.reshape(p, r, kh, g * t, -1).transpose(0, 2, 1, 3, 4).reshape(p, kh, r * g * t, -1)
+            o = jnp.einsum("pkqs,pksh->pkqh", pp, vv, preferred_element_type=f32)
+            o = o.reshape(p, kh, r, g * t, h).transpose(0, 2, 1, 3, 4).reshape(b, kh, g * t, h)
+        out = o if out is None else out + o
+    out = out.reshape(b, kh, g, t, h).transpose(0, 3, 1, 2, 4).reshape(b, t, n, h)
+    return out.astype(q_btnh.dtype)
+
+
+def _chunked_attention(q_btnh, k_bksh, v_bksh, mask_bts, chunk):
+    """Queries in blocks of `chunk` (each block rematerialised in backward): (B, N, chunk, S) scores at a time."""
+    b, t, n, h = q_btnh.shape
+    pad = -t % chunk
+    q = jnp.pad(q_btnh, ((0, 0), (0, pad), (0, 0), (0, 0)))
+    m = jnp.pad(mask_bts, ((0, 0), (0, pad), (0, 0)))
+    nb = (t + pad) // chunk
+    qs = q.reshape(b, nb, chunk, n, h).swapaxes(0, 1)
+    ms = m.reshape(b, nb, chunk, -1).swapaxes(0, 1)
+
+    @jax.checkpoint
+    def one(args):
+        qc, mc = args
+        return attention(qc, k_bksh, v_bksh, mc, impl="plain")
+
+    out = jax.lax.map(one, (qs, ms))  # (nb, B, chunk, N, H)
+    return out.swapaxes(0, 1).reshape(b, t + pad, n, h)[:, :t]
+
+
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, dtype, rngs: nnx.Rngs):
         d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.cfg = cfg
+        self.qk_norm = cfg.qk_norm
         self.q_proj = Linear((d,), (n, h), ("embed", "heads", "head_dim"), dtype=dtype, rngs=rngs)
         self.k_proj = Linear((d,), (k, h), ("embed", "kv_heads", "head_dim"), dtype=dtype, rngs=rngs)
         self.v_proj = Linear((d,), (k, h), ("embed", "kv_heads", "head_dim"), dtype=dtype, rngs=rngs)
@@ -140,34 +244,19 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), dtype=dtype)
             self.k_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), dtype=dtype)
 
-    def __call__(self, x_btd, positions_bt, inv_freq, mask_bts, kv=None, index=None):
-        """Attends the chunk's queries to the cache (if given, after writing the chunk into it)."""
+    def __call__(self, x_btd, positions_bt, inv_freq, mask_btt, cached=None, prefixes=(), *, impl="plain",
+                 chunk=512):
+        """Returns (output (B, T, D), the chunk's own keys and values (B, K, T, H) each, for a cache)."""
         q = self.q_proj(x_btd)  # (B, T, N, H)
         k = self.k_proj(x_btd)  # (B, T, K, H)
         v = self.v_proj(x_btd)
-        if self.cfg.qk_norm:
+        if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, positions_bt, inv_freq)
-        k = apply_rope(k, positions_bt, inv_freq)
-        k = k.transpose(0, 2, 1, 3)  # (B, K, T, H)
+        k = apply_rope(k, positions_bt, inv_freq).transpose(0, 2, 1, 3)  # (B, K, T, H)
         v = v.transpose(0, 2, 1, 3)
-        if kv is not None:
-            ck, cv = kv
-            k = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, index, 0))
-            v = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, index, 0))
-            kv = (k, v)
-        b, t, n, h = q.shape
-        kh = k.shape[1]
-        # Grouped-query: each kv head serves n/kh query heads, folded into the query-row axis.
-        q = q.reshape(b, t, kh, n // kh, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, (n // kh) * t, h)
-        scores = jnp.einsum("bkqh,bksh->bkqs", q, k.astype(q.dtype),
-                            preferred_element_type=jnp.float32) / math.sqrt(h)
-        scores = scores.reshape(b, kh, n // kh, t, -1)
-        scores = jnp.where(mask_bts[:, None, None], scores, _MASK_VALUE)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype).reshape(b, kh, (n // kh) * t, -1)
-        out = jnp.einsum("bkqs,bksh->bkqh", probs, v, preferred_element_type=jnp.float32)
-        out = out.reshape(b, kh, n // kh, t, h).transpose(0, 3, 1, 2, 4).reshape(b, t, n, h).astype(x_btd.dtype)
-        return self.o_proj(out), kv
+        out = attention(q, k, v, mask_btt, prefixes, cached, impl=impl, chunk=chunk)
+        return self.o_proj(out), (k, v)
 
 
 class MLP(nnx.Module):
@@ -183,17 +272,44 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
+    """One decoder layer. Inside the model its parameters carry a leading L axis (stacked)."""
+
     def __init__(self, cfg: ModelConfig, *, dtype, rngs: nnx.Rngs):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), dtype=dtype)
         self.self_attn = Attention(cfg, dtype=dtype, rngs=rngs)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), dtype=dtype)
         self.mlp = MLP(cfg, dtype=dtype, rngs=rngs)
 
-    def __call__(self, x, positions, inv_freq, mask_bts, kv=None, index=None):
-        h, kv = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask_bts, kv, index)
+    def __call__(self, x, positions, inv_freq, mask_btt, cached=None, prefixes=(), **attn):
+        h, kv = self.self_attn(self.input_layernorm(x), positions, inv_freq, mask_btt, cached, prefixes, **attn)
         x = constrain(x + h, ("batch", "seq", "embed"))
         x = x + self.mlp(self.post_attention_layernorm(x))
         return constrain(x, ("batch", "seq", "embed")), kv
+
+
+def stacked_blocks(cfg: ModelConfig, *, dtype, rngs: nnx.Rngs) -> Block:
+    """L independently initialised blocks as one Block whose every variable has a leading L axis."""
+    blocks = [Block(cfg, dtype=dtype, rngs=rngs) for _ in range(cfg.num_layers)]
+    graphdef = nnx.graphdef(blocks[0])
+    states = [nnx.state(blk) for blk in blocks]
+
+    def stack(*vs):
+        var = vs[0].replace(jnp.stack([v.get_value() for v in vs]))
+        axes = vs[0].get_metadata().get("axes")
+        if axes is not None:
+            var.set_metadata(axes=("layers",) + tuple(axes))
+        return var
+
+    stacked = jax.tree.map(stack, *states, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.merge(graphdef, stacked)
+
+
+def _remat(fn, policy: str):
+    if policy == "none":
+        return fn
+    if policy == "full":
+        return jax.checkpoint(fn)
+    return jax.checkpoint(fn, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
 
 
 class Embed(nnx.Module):
@@ -212,11 +328,21 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.dtype = jnp.dtype(dtype)
         self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, rngs=rngs)
-        self.layers = nnx.List([Block(cfg, dtype=dtype, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.layers = stacked_blocks(cfg, dtype=dtype, rngs=rngs)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), dtype=dtype)
         if not cfg.tie_word_embeddings:
             self.lm_head = Linear((cfg.hidden_size,), (cfg.vocab_size,), ("embed", "vocab"),
                                   dtype=dtype, rngs=rngs)
+
+    def configure(self, **runtime) -> "Transformer":
+        """Sets how the forward runs (scan_layers, remat, attention, attention_chunk); returns self."""
+        from rubric_jax.models.config import RUNTIME_FIELDS
+
+        unknown = set(runtime) - set(RUNTIME_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown runtime options {sorted(unknown)}; choose from {RUNTIME_FIELDS}")
+        self.cfg = self.cfg.replace(**runtime)
+        return self
 
     def unembed_matrix(self) -> jax.Array:
         """(D, V) matrix mapping final hidden states to logits."""
@@ -231,52 +357,89 @@ class Transformer(nnx.Module):
         return constrain(out, ("batch", "seq", "vocab"))
 
     def __call__(self, tokens_bt, positions_bt=None, *, mask_bt=None, cache: KVCache | None = None,
-                 chunk_mask_btt=None, return_hidden: bool = False):
-        """Returns (logits_btv f32, or final hidden_btd if return_hidden, new cache or None).
+                 prefixes: tuple[Prefix, ...] = (), chunk_mask_btt=None, return_hidden: bool = False,
+                 return_kv: bool = False):
+        """Returns (logits_btv f32, or final normed hidden_btd if return_hidden, new cache or None).
+
+        Without a cache, return_kv=True returns the chunk itself as a new cache (prefill without
+        attending to empty slots): its keys/values, valid where mask_bt is, index T.
 
         chunk_mask_btt (B, T, T) replaces the causal mask among the chunk's own tokens (query t may see
         chunk key u): packed sequences and prefix trees, e.g. several judge suffixes in one row that
-        all see the cached prefix but not each other. Positions must then be given explicitly.
+        all see the prefixes but not each other. Positions must then be given explicitly.
         """
+        cfg = self.cfg
         tokens_bt = jnp.asarray(tokens_bt, jnp.int32)
         b, t = tokens_bt.shape
+        prefixes = tuple(prefixes)
+        for pf in prefixes:
+            if b % pf.rows:
+                raise ValueError(f"a prefix of {pf.rows} rows cannot be shared by a batch of {b} rows")
         mask_bt = jnp.ones((b, t), bool) if mask_bt is None else jnp.asarray(mask_bt, bool)
         if positions_bt is None:
-            start = cache.lengths()[:, None] if cache is not None else 0
-            positions_bt = start + jnp.maximum(jnp.cumsum(mask_bt, axis=1) - 1, 0)
-        inv_freq = jnp.asarray(rope_inv_freq(self.cfg))
+            start = jnp.zeros((b,), jnp.int32)
+            for pf in prefixes:
+                start = start + jnp.repeat(pf.lengths(), b // pf.rows)
+            if cache is not None:
+                start = start + cache.lengths()
+            positions_bt = start[:, None] + jnp.maximum(jnp.cumsum(mask_bt, axis=1) - 1, 0)
+        inv_freq = jnp.asarray(rope_inv_freq(cfg))
 
         # Among the chunk's own tokens: causal unless overridden; keys restricted to real tokens.
         within = jnp.tril(jnp.ones((t, t), bool))[None] if chunk_mask_btt is None else jnp.asarray(chunk_mask_btt, bool)
-        within = within & mask_bt[:, None, :]
-        if cache is None:
-            mask_bts = within
-            index = None
-        else:
-            index = cache.index
-            valid_bs = jax.lax.dynamic_update_slice(cache.valid_bs, mask_bt, (0, index))
-            # Every real cached token before the chunk, plus the chunk's own keys at [index, index + T).
-            before = cache.valid_bs & (jnp.arange(cache.size) < index)[None, :]
-            placed = jax.lax.dynamic_update_slice(jnp.zeros((b, t, cache.size), bool),
-                                                  jnp.broadcast_to(within, (b, t, t)), (0, 0, index))
-            mask_bts = before[:, None, :] | placed
+        mask_btt = jnp.broadcast_to(within & mask_bt[:, None, :], (b, t, t))
+        cached_mask = None
+        if cache is not None:
+            # Every real cached token before the chunk (the chunk's own keys are a separate part).
+            cached_mask = cache.valid_bs & (jnp.arange(cache.size) < cache.index)[None, :]
 
         x = constrain(self.embed_tokens(tokens_bt).astype(self.dtype), ("batch", "seq", "embed"))
-        new_k, new_v = [], []
-        for i, layer in enumerate(self.layers):
-            kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            x, kv = layer(x, positions_bt, inv_freq, mask_bts, kv, index)
-            if kv is not None:
-                new_k.append(kv[0])
-                new_v.append(kv[1])
+        x, kv_lbkth = self._layers(x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes,
+                                   return_kv or cache is not None)
         x = self.norm(x)
         new_cache = None
-        if cache is not None:
-            new_cache = KVCache(k=tuple(new_k), v=tuple(new_v), valid_bs=valid_bs,
-                                index=(index + t).astype(jnp.int32))
+        if cache is None and return_kv:
+            new_cache = KVCache(k=kv_lbkth[0], v=kv_lbkth[1], valid_bs=mask_bt, index=jnp.asarray(t, jnp.int32))
+        elif cache is not None:
+            at = (0, 0, 0, cache.index, 0)
+            new_cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, kv_lbkth[0].astype(cache.k.dtype), at),
+                                v=jax.lax.dynamic_update_slice(cache.v, kv_lbkth[1].astype(cache.v.dtype), at),
+                                valid_bs=jax.lax.dynamic_update_slice(cache.valid_bs, mask_bt, (0, cache.index)),
+                                index=(cache.index + t).astype(jnp.int32))
         if return_hidden:
             return x, new_cache
         return self.logits(x), new_cache
+
+    def _layers(self, x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes, keep_kv):
+        """Runs the stacked layers (scanned or unrolled). Returns (x, the chunk's keys and values
+        (L, B, K, T, H) each if keep_kv, else None)."""
+        cfg = self.cfg
+        graphdef, state = nnx.split(self.layers)
+        attn = dict(impl=cfg.attention, chunk=cfg.attention_chunk)
+        pvalid = tuple(pf.valid_ps for pf in prefixes)
+
+        def layer_fn(x, layer_state, layer_cache, layer_pkv):
+            layer = nnx.merge(graphdef, layer_state)
+            pre = tuple((k, v, m) for (k, v), m in zip(layer_pkv, pvalid))
+            cached = None if layer_cache is None else (layer_cache[0], layer_cache[1], cached_mask)
+            x, kv = layer(x, positions_bt, inv_freq, mask_btt, cached, pre, **attn)
+            return x, (kv if keep_kv else None)
+
+        layer_fn = _remat(layer_fn, cfg.remat)
+
+        def body(x, xs):
+            return layer_fn(x, *xs)
+
+        # Caches and prefixes are scanned inputs (read-only slices); the chunk's new keys come out
+        # as scan outputs and are written into the cache once, after the scan.
+        xs = (state, None if cache is None else (cache.k, cache.v), tuple((pf.k, pf.v) for pf in prefixes))
+        if cfg.scan_layers:
+            return jax.lax.scan(body, x, xs)
+        kvs = []
+        for i in range(cfg.num_layers):
+            x, kv = body(x, jax.tree.map(lambda a: a[i], xs))
+            kvs.append(kv)
+        return x, (jax.tree.map(lambda *a: jnp.stack(a), *kvs) if keep_kv else None)
 
 
 def init_model(cfg: ModelConfig, *, dtype=jnp.float32, seed: int = 0) -> Transformer:

@@ -1,12 +1,12 @@
 """The GRPO policy update: log-probs of completions, loss gradients over micro-batches, optimizer step.
 
 The policy is the base model with LoRA adapters; only `nnx.LoRAParam` variables are trained. The
-reference policy of the KL term is the same model traced with adapters off (`lora_disabled`), so no
-second copy of the weights exists. Log-probs are computed from final hidden states in chunks over time
+reference policy of the KL term is the same weights with the adapters switched off (`set_lora(model,
+enabled=False)` on the merged module inside the jitted function), so no second copy of the weights exists. Log-probs are computed from final hidden states in chunks over time
 (rubric_jax.rl.logprobs), so the (B, T, V) logits never sit in memory whole.
 
 Gradient accumulation is exact: each micro-batch contributes grad(numerator) and its LossSums; the sum of
-numerator gradients is divided once by the total denominator (DESIGN.md section 3).
+numerator gradients is divided once by the total denominator (docs/method.md, "GRPO with LoRA").
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from rubric_jax.models.lora import lora_disabled, lora_dropout
+from rubric_jax.models.lora import set_lora
 from rubric_jax.rl.logprobs import token_logprobs_chunked
 from rubric_jax.rl.losses import LossConfig, LossSums, add_sums, finalize, loss_sums
 
@@ -63,30 +63,35 @@ def completion_logprobs(model, tokens_bt, mask_bt, prompt_len: int, *, temperatu
 def _logprobs_jit(graphdef, lora, base, tokens_bt, mask_bt, *, prompt_len, reference, temperature, chunk):
     model = nnx.merge(graphdef, lora, base)
     if reference:
-        with lora_disabled():
-            return completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature, chunk=chunk)
-    return completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature, chunk=chunk)
+        set_lora(model, enabled=False)
+    with jax.named_scope("update/logprobs"):
+        return completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature, chunk=chunk)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "loss_cfg", "temperature", "chunk"))
 def _grad_jit(graphdef, lora, base, tokens_bt, mask_bt, comp_mask_bt, adv_b, old_logp_bt, ref_logp_bt, key, *,
               prompt_len, loss_cfg, temperature, chunk):
     def num_fn(lora):
-        model = nnx.merge(graphdef, lora, base)
-        with lora_dropout(key):
-            logp, ent = completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature,
-                                            chunk=chunk)
+        model = set_lora(nnx.merge(graphdef, lora, base), dropout_key=key)
+        logp, ent = completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature,
+                                        chunk=chunk)
         old = jax.lax.stop_gradient(logp) if old_logp_bt is None else old_logp_bt
         sums = loss_sums(logp, old, ref_logp_bt, adv_b, comp_mask_bt, loss_cfg, entropy_bt=ent)
         return sums.num, sums
 
-    grads, sums = jax.grad(num_fn, has_aux=True)(lora)
+    with jax.named_scope("update/grad"):
+        grads, sums = jax.grad(num_fn, has_aux=True)(lora)
     return grads, sums
 
 
 # No donation: the trainer keeps the pre-step parameters as its crash snapshot.
 @functools.partial(jax.jit, static_argnames=("optimizer",))
 def _apply_jit(optimizer, lora, opt_state, grad_sum, den):
+    return _apply(optimizer, lora, opt_state, grad_sum, den)
+
+
+@jax.named_scope("update/apply")
+def _apply(optimizer, lora, opt_state, grad_sum, den):
     grads = jax.tree.map(lambda g: g / jnp.maximum(den, 1e-8), grad_sum)
     gnorm = optax.tree.norm(grads)
     finite = jnp.isfinite(gnorm)

@@ -1,4 +1,4 @@
-"""KV-cache sampling: prefill once, G-way cache broadcast, on-device decode loop."""
+"""KV-cache sampling: prefill once, G samples decoded against the prompts as a shared prefix, on-device loop."""
 
 from rubric_jax.sampling.api import encode_prompts, generate, generate_tokens
 from rubric_jax.sampling.filters import filter_logits, sample_from_logits

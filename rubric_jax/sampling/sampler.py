@@ -1,7 +1,9 @@
-"""KV-cache sampler: one prefill per prompt, G-way cache broadcast, on-device decode loop.
+"""KV-cache sampler: one prefill per prompt, G samples decoded against it as a shared prefix.
 
 Prompts are left-padded to a bucketed length (bounded compilations). The prompt batch (B) is prefilled
-once; its cache is repeated G ways so the G samples of a prompt share one prefill. Decoding runs in a
+once; its keys/values become a shared prefix that the B*G decoding rows read (each prompt's G rows
+read the same block: no per-sample copy of the prompt cache), while each row's own cache holds only
+its generated tokens. Decoding runs in a
 `lax.while_loop` that stops when every row has emitted an end-of-sequence id or after max_new_tokens.
 Per token it records the sampled id, its log-probability and the entropy of the sampling distribution
 (temperature-scaled, before top-k/top-p/min-p filtering: the policy that GRPO's ratio refers to).
@@ -63,17 +65,12 @@ def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int, length: int | Non
     return tokens, mask
 
 
-def prefill(model: Transformer, tokens_bt, mask_bt, cache_size: int, num_samples: int = 1):
-    """Runs the prompts once; returns (last-position logits (B*G, V), cache broadcast G ways)."""
-    b = tokens_bt.shape[0]
-    cache = KVCache.empty(model.cfg, b, cache_size, dtype=model.dtype)
-    hidden, cache = model(tokens_bt, mask_bt=mask_bt, cache=cache, return_hidden=True)
+def prefill(model: Transformer, tokens_bt, mask_bt, num_samples: int = 1):
+    """Runs the prompts once; returns (last-position logits (B*G, V), the prompts as a shared Prefix)."""
+    hidden, cache = model(tokens_bt, mask_bt=mask_bt, return_hidden=True, return_kv=True)
     # Left padding puts every prompt's last real token at the final position; only it needs logits.
     logits = model.logits(hidden[:, -1:])[:, 0]
-    if num_samples > 1:
-        cache = cache.repeat(num_samples)
-        logits = jnp.repeat(logits, num_samples, axis=0)
-    return logits, cache
+    return jnp.repeat(logits, num_samples, axis=0), cache.as_prefix()
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "num_samples", "top_k", "use_top_p",
@@ -81,8 +78,10 @@ def prefill(model: Transformer, tokens_bt, mask_bt, cache_size: int, num_samples
 def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, min_p, *, max_new_tokens,
                 num_samples, top_k, use_top_p, greedy, eos_ids, pad_id):
     model = nnx.merge(graphdef, state)
-    logits, cache = prefill(model, tokens_bt, mask_bt, tokens_bt.shape[1] + max_new_tokens, num_samples)
+    with jax.named_scope("sample/prefill"):
+        logits, prompts = prefill(model, tokens_bt, mask_bt, num_samples)
     rows = logits.shape[0]
+    cache = KVCache.empty(model.cfg, rows, max_new_tokens, dtype=model.dtype)
     eos = jnp.asarray(eos_ids, jnp.int32)
 
     def cond(carry):
@@ -103,7 +102,8 @@ def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, mi
         ents = ents.at[:, step].set(jnp.where(done, 0.0, ent))
         new_done = done | jnp.isin(tok, eos)
         m = nnx.merge(graphdef, state)
-        next_logits, cache = m(tok[:, None], mask_bt=~done[:, None], cache=cache)
+        with jax.named_scope("sample/decode"):
+            next_logits, cache = m(tok[:, None], mask_bt=~done[:, None], cache=cache, prefixes=(prompts,))
         return step + 1, cache, next_logits[:, 0], new_done, toks, logps, ents
 
     init = (jnp.zeros((), jnp.int32), cache, logits, jnp.zeros((rows,), bool),

@@ -1,4 +1,4 @@
-"""Absolute RaR (000_...txt Table 3, no curriculum): pointwise 0-4 scores on every criterion from step 0,
+"""Absolute RaR (RcRL paper Table 3, no curriculum): pointwise 0-4 scores on every criterion from step 0,
 equal weights, normalised to [0, 1].
 
   python -m rubric_jax.main --config=configs/absolute_rar.py --workdir=/tmp/absolute_rar --config.model=/ckpt/Qwen3-4B

@@ -1,4 +1,4 @@
-"""RcRL on health advice (000_...txt section 5.4, Table 8): the 13 health criteria, one added every 50 steps,
+"""RcRL on health advice (RcRL paper section 5.4, Table 8): the 13 health criteria, one added every 50 steps,
 650 steps, trained on the bundled consumer health questions.
 
   python -m rubric_jax.main --config=configs/health_rcrl.py --workdir=/tmp/health --config.model=/ckpt/Qwen3-4B

@@ -1,4 +1,5 @@
-"""RcRL: pairwise self-judging per criterion plus a criteria curriculum (000_...txt, Table 6 settings).
+"""RcRL: pairwise self-judging per criterion plus a criteria curriculum (Table 6 settings of
+"Rubric Curriculum RL: Exploiting the Generation-Verification Gap in Non-Verifiable Domains").
 
   python -m rubric_jax.main --config=configs/rcrl.py --workdir=/tmp/rcrl --config.model=/ckpt/Qwen3-4B
   python -m rubric_jax.main --config=configs/rcrl.py:tiny --workdir=/tmp/rcrl_tiny     # CPU smoke run

@@ -1,6 +1,6 @@
 """Self-judging: rubric criteria judged by a frozen copy of the model through its own forward.
 
-Public API (DESIGN.md sections 4-5):
+Public API (docs/method.md: RcRL, RARE; docs/architecture.md: the judge forward):
     pairwise(model, tokenizer, prompt, responses, criteria, mode="logit") -> p[G, G, C]
     pointwise(model, tokenizer, prompt, responses, criteria, mode="logit") -> (s[G, C], valid[G, C])
     Judge(model, tokenizer, JudgeConfig(...))  for batching prompts, Swiss pairings, cache and stats.

@@ -4,7 +4,7 @@ Every pair (i, j) listed is judged in both presentation orders for every criteri
 P unordered pairs costs 2 P C judgments. Win rates are computed over the judged pairs only
 (`rubric_jax.rewards.win_rates` with the returned mask).
 
-  all       G (G - 1) / 2 pairs: the RcRL setting (DESIGN.md section 4).
+  all       G (G - 1) / 2 pairs: the RcRL setting (docs/method.md).
   circular  each rollout meets its k ring neighbours on each side: about G k pairs.
   swiss     ceil(log2 G) rounds; each round pairs rollouts with similar standings that have not met
             yet, so roughly (G / 2) log2 G pairs. Rounds depend on earlier verdicts, so the engine

@@ -1,4 +1,4 @@
-"""Pure reward functions over judge score arrays (DESIGN.md sections 3-6).
+"""Pure reward functions over judge score arrays (math and sources: docs/method.md).
 
 Modules: pairwise (RcRL win rates), curriculum (criterion weights), pointwise (absolute and RARE
 rewards, saturation), rare (RARE event statistics), rlmr (constraint penalty), group (advantages, zero-spread filter),

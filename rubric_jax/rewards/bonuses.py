@@ -1,7 +1,8 @@
-"""Exploration and usefulness bonuses, the optional RcRL add-ons (DESIGN.md section 4).
+"""Exploration and usefulness bonuses, the optional RcRL add-ons (docs/method.md).
 
-Seed 000, appendix B (B.1 representation-based exploration, B.2 usefulness, B.3 normalisation and
-combination) and Table 3 ("+ Exploration Bonus", "+ Exploration & Usefulness").
+Source: "Rubric Curriculum RL: Exploiting the Generation-Verification Gap in Non-Verifiable Domains"
+(the RcRL paper), appendix B (B.1 representation-based exploration, B.2 usefulness, B.3 normalisation
+and combination) and Table 3 ("+ Exploration Bonus", "+ Exploration & Usefulness").
 
 Per group of G rollouts: hidden features h_gd (d = projected dimension) and per-token negative
 log-likelihoods. Everything is pure jnp, jit-able and vmaps over a leading prompt axis B.
@@ -39,7 +40,7 @@ def random_projection(key: jax.Array, d_in: int, d_out: int) -> jnp.ndarray:
 
 
 def exploration_bonus(h_gd: jnp.ndarray, lam: float) -> jnp.ndarray:
-    """Leverage-score exploration bonus (RepExp; seed 000 appendix B.1, DESIGN.md section 4):
+    """Leverage-score exploration bonus (RepExp; RcRL paper appendix B.1, docs/method.md):
 
         b_i = sqrt( h_i^T (sum_j h_j h_j^T + lam I_d)^-1 h_i )
 
@@ -66,7 +67,7 @@ def exploration_bonus(h_gd: jnp.ndarray, lam: float) -> jnp.ndarray:
 
 
 def usefulness_bonus(nll_plain_g: jnp.ndarray, nll_with_example_gg: jnp.ndarray) -> jnp.ndarray:
-    """In-context usefulness bonus (seed 000 appendix B.2, DESIGN.md section 4):
+    """In-context usefulness bonus (RcRL paper appendix B.2, docs/method.md):
 
         u_i = mean_{j != i} [ NLL(y_j | x) - NLL(y_j | x, y_i shown as an example) ]
 
@@ -90,7 +91,7 @@ def add_bonuses(
     coefs: Sequence[float],
     eps: float = 1e-6,
 ) -> jnp.ndarray:
-    """r_i + sum_k coef_k * standardise_in_group(bonus_k)_i (DESIGN.md section 4).
+    """r_i + sum_k coef_k * standardise_in_group(bonus_k)_i (docs/method.md).
 
     Each bonus is standardised within its group (last axis) before mixing, so the coefficients
     are on a common scale; a bonus that is constant over the group adds nothing.

@@ -1,6 +1,7 @@
 """Criterion schedules: the RcRL curriculum, its ablations, and criterion dropout.
 
-DESIGN.md section 4; seed 000 (RcRL): the curriculum in section 3, the ablations "Weighting",
+Math: docs/method.md (RcRL). Source: "Rubric Curriculum RL: Exploiting the Generation-Verification Gap
+in Non-Verifiable Domains" (the RcRL paper): the curriculum in section 3, the ablations "Weighting",
 "Ordering 1-3", "Dropout Absolute RaR" and the all-active RaR baselines of Table 3, the intervals
 of Table 6 (creative writing: 100 steps) and appendix C.4 (HealthBench: 50 steps).
 
@@ -20,7 +21,7 @@ CURRICULUM_MODES = ("emphasis", "equal")
 
 
 def num_active(step, num_criteria: int, interval: int) -> jnp.ndarray:
-    """Number of active criteria K(t) = min(C, 1 + floor(t / interval)) (DESIGN.md section 4).
+    """Number of active criteria K(t) = min(C, 1 + floor(t / interval)) (docs/method.md).
 
     Never below 1 (a negative step still trains on the first criterion). Returns int32 scalar.
     """
@@ -30,7 +31,7 @@ def num_active(step, num_criteria: int, interval: int) -> jnp.ndarray:
 
 
 def introduction_steps(num_criteria: int, interval: int) -> np.ndarray:
-    """Step at which each curriculum position becomes active: k * interval (seed 000 Tables 7, 8)."""
+    """Step at which each curriculum position becomes active: k * interval (RcRL paper, Tables 7 and 8)."""
     return np.arange(num_criteria, dtype=np.int64) * interval
 
 
@@ -52,10 +53,10 @@ def curriculum_weights(
 ) -> jnp.ndarray:
     """Curriculum weights lambda_c(t), summing to 1 over the K(t) active criteria.
 
-    mode="emphasis" (RcRL, DESIGN.md section 4):
+    mode="emphasis" (RcRL, docs/method.md):
         lambda_newest = alpha, every other active criterion (1 - alpha) / (K - 1), inactive 0;
         K = 1 gives lambda = 1 on the only active criterion.
-    mode="equal" (the "Weighting" ablation, seed 000 Table 3): lambda = 1 / K on active criteria.
+    mode="equal" (the "Weighting" ablation, RcRL paper Table 3): lambda = 1 / K on active criteria.
 
     order: optional permutation (e.g. `permute_order`) mapping curriculum position k to the
     criterion index order[k] of the rubric (the "Ordering 1-3" ablations). Without it the rubric
@@ -80,7 +81,7 @@ def curriculum_weights(
 
 
 def all_active_weights(num_criteria: int) -> jnp.ndarray:
-    """Equal weights 1/C on every criterion from step 0 (Absolute / Pairwise RaR, seed 000 Table 3)."""
+    """Equal weights 1/C on every criterion from step 0 (Absolute / Pairwise RaR, RcRL paper Table 3)."""
     return jnp.full((num_criteria,), 1.0 / num_criteria, dtype=jnp.float32)
 
 
@@ -101,7 +102,7 @@ def permute_order(num_criteria: int, seed: int) -> np.ndarray:
 
 
 def dropout_mask(key: jax.Array, num_criteria: int, q: float) -> jnp.ndarray:
-    """Criterion dropout (Dropout Absolute RaR, seed 000 Table 3; DESIGN.md section 4).
+    """Criterion dropout (Dropout Absolute RaR, RcRL paper Table 3; docs/method.md).
 
     Each criterion is dropped independently with probability q. If every criterion would be
     dropped, one criterion chosen uniformly at random is kept, so the mask is never empty.

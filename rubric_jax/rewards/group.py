@@ -1,4 +1,4 @@
-"""Group-relative advantages and group filtering (DESIGN.md sections 3 and 6).
+"""Group-relative advantages and group filtering (docs/method.md: GRPO, RLMR).
 
 Rewards come as r_bg: B prompts x G rollouts (any leading shape; the group is the LAST axis).
 A group whose rewards have zero spread (all equal, which includes G = 1) carries no learning
@@ -21,7 +21,7 @@ def zero_spread_mask(r_bg: jnp.ndarray, atol: float = 0.0) -> jnp.ndarray:
     """True for groups whose rewards all agree (max - min <= atol), shape r_bg.shape[:-1].
 
     DAPO-style dynamic sampling drops these groups and samples more prompts until the batch is
-    full (DESIGN.md section 6; seed 003). A group of size 1 always has zero spread.
+    full (docs/method.md; the RLMR paper, arXiv 2508.18642). A group of size 1 always has zero spread.
     """
     r = _as_float(r_bg)
     return (jnp.max(r, axis=-1) - jnp.min(r, axis=-1)) <= atol
@@ -37,7 +37,7 @@ def standardise_in_group(x_bg: jnp.ndarray, eps: float = 1e-6, ddof: int = 0) ->
     """z = (x - mean_g x) / (std_g x + eps) within each group (last axis); 0 for a constant group.
 
     Used for the GRPO advantage and to put the RcRL bonuses on the reward's scale before mixing
-    (DESIGN.md section 4). std is the population std (ddof = 0) unless ddof is given.
+    (docs/method.md). std is the population std (ddof = 0) unless ddof is given.
     """
     x = _as_float(x_bg)
     g = x.shape[-1]
@@ -50,10 +50,10 @@ def standardise_in_group(x_bg: jnp.ndarray, eps: float = 1e-6, ddof: int = 0) ->
 def advantages(
     r_bg: jnp.ndarray, kind: str = "grpo", eps: float = 1e-6, ddof: int = 0
 ) -> jnp.ndarray:
-    """Per-rollout advantages from group rewards (DESIGN.md section 3).
+    """Per-rollout advantages from group rewards (docs/method.md).
 
         grpo:     A_i = (r_i - mean(r)) / (std(r) + eps)      (std: population, ddof = 0)
-        dr_grpo:  A_i = r_i - mean(r)                         (RcRL setting, seed 000 Table 6)
+        dr_grpo:  A_i = r_i - mean(r)                         (RcRL setting, RcRL paper Table 6)
         rloo:     A_i = r_i - mean_{j != i} r_j               (= G / (G - 1) * (r_i - mean(r)))
 
     r_bg: (..., G). A zero-spread group (including G = 1) gets exactly 0 for every rollout.

@@ -1,9 +1,9 @@
 """Judge health metrics, logged next to the rewards to catch a judge that drifts or breaks.
 
-The self-judge is the frozen base model (DESIGN.md section 4), so its failure modes are known
-ones: a preference for whichever response comes first (seed 000 judges both orders and averages
+The self-judge is the frozen base model (docs/method.md), so its failure modes are known
+ones: a preference for whichever response comes first (the RcRL paper judges both orders and averages
 to cancel it; its evaluation protocols, appendix D, randomise order for the same reason),
-unparseable verdicts or scores (DESIGN.md section 5: invalid -> marked invalid), and verdicts
+unparseable verdicts or scores (RARE: invalid -> marked invalid, docs/method.md), and verdicts
 that collapse to certainty or to coin flips.
 
 All functions are pure jnp, jit-able and vmappable; each returns a scalar.

@@ -1,6 +1,7 @@
 """Pairwise self-judging: verdict matrices, win rates and the pairwise reward (RcRL).
 
-DESIGN.md section 4; seed 000 (RcRL), section 3 and Table 3 ("Pairwise RaR", "RcRL").
+Math: docs/method.md (RcRL). Source: "Rubric Curriculum RL: Exploiting the Generation-Verification Gap
+in Non-Verifiable Domains" (the RcRL paper), section 3 and Table 3 ("Pairwise RaR", "RcRL").
 
 Conventions (G rollouts of one prompt, C criteria):
   p_first_ggc[a, b, c]  probability that the judge picks the FIRST-presented response when rollout
@@ -27,7 +28,7 @@ def first_win_probs(verdict_logits_gg2: jnp.ndarray) -> jnp.ndarray:
 
     verdict_logits[..., 0] is the logit of the token meaning "first response wins",
     verdict_logits[..., 1] that of "second response wins"; the result is softmax(...)[..., 0]
-    = sigmoid(l0 - l1) (logit mode, DESIGN.md section 4). Any leading shape (e.g. (G, G, C, 2)).
+    = sigmoid(l0 - l1) (logit mode, docs/method.md). Any leading shape (e.g. (G, G, C, 2)).
     """
     l = jnp.asarray(verdict_logits_gg2)
     return 1.0 / (1.0 + jnp.exp(l[..., 1] - l[..., 0]))
@@ -39,7 +40,7 @@ def symmetrize(p_first_ggc: jnp.ndarray) -> jnp.ndarray:
         p(i > j) = ( P(first wins | i first, j second) + P(second wins | j first, i second) ) / 2
                  = ( p_first[i, j] + 1 - p_first[j, i] ) / 2
 
-    (DESIGN.md section 4, logit mode; seed 000 judges both presentation orders.) The result
+    (docs/method.md, logit mode; the RcRL paper judges both presentation orders.) The result
     satisfies p + p^T = 1 exactly, which makes group-mean win rates exactly 1/2. The diagonal is
     set to 0.5. Input (G, G) or (G, G, C); output the same shape.
     """
@@ -66,7 +67,7 @@ def hard_verdicts(verdict_scores_gg2: jnp.ndarray) -> jnp.ndarray:
         p_hard(i > j) = ( h_first[i, j] + 1 - h_first[j, i] ) / 2
 
     which is 1 when both orders prefer i, 0 when both prefer j, and 0.5 when the orders disagree
-    (DESIGN.md section 4, hard mode). Output (G, G) or (G, G, C), with p + p^T = 1.
+    (docs/method.md, hard mode). Output (G, G) or (G, G, C), with p + p^T = 1.
 
     To use a matrix of first-position probabilities p_first, pass
     ``jnp.stack([p_first, 1 - p_first], -1)``.
@@ -83,7 +84,7 @@ def win_rates(p_ggc: jnp.ndarray, pair_mask_gg: jnp.ndarray | None = None) -> jn
         w[i, c] = sum_{j != i} m[i, j] p[i, j, c] / sum_{j != i} m[i, j]
 
     with m the (symmetrised) pair mask; m = all pairs gives the RcRL formula
-    w_ic = 1/(G-1) sum_{j != i} p_c(i > j) (DESIGN.md section 4). A rollout with no judged
+    w_ic = 1/(G-1) sum_{j != i} p_c(i > j) (docs/method.md). A rollout with no judged
     opponent (or G = 1) gets w = 0.5, the neutral value. With all pairs (or any regular pairing,
     e.g. circular) and p + p^T = 1, mean_i w[i, c] = 1/2 exactly.
 
@@ -104,10 +105,10 @@ def win_rates(p_ggc: jnp.ndarray, pair_mask_gg: jnp.ndarray | None = None) -> jn
 
 
 def pairwise_reward(w_gc: jnp.ndarray, lambda_c: jnp.ndarray) -> jnp.ndarray:
-    """RcRL reward r_i = sum_c lambda_c w_ic (DESIGN.md section 4).
+    """RcRL reward r_i = sum_c lambda_c w_ic (docs/method.md).
 
     lambda_c comes from `curriculum_weights` (zero for inactive criteria) or `all_active_weights`
-    (Pairwise RaR, seed 000 Table 3). Works on (..., G, C) with lambda (C,) or (..., C).
+    (Pairwise RaR, Table 3 of the RcRL paper). Works on (..., G, C) with lambda (C,) or (..., C).
     """
     w = jnp.asarray(w_gc)
     lam = jnp.asarray(lambda_c, dtype=w.dtype)
@@ -118,7 +119,7 @@ def pairwise_reward(w_gc: jnp.ndarray, lambda_c: jnp.ndarray) -> jnp.ndarray:
 
 
 def all_pairs_mask(g: int) -> np.ndarray:
-    """All ordered pairs i != j: G(G-1) judgments per criterion (DESIGN.md section 4, cost)."""
+    """All ordered pairs i != j: G(G-1) judgments per criterion (docs/method.md, cost)."""
     return ~np.eye(g, dtype=bool)
 
 

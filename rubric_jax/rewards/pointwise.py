@@ -1,8 +1,9 @@
 """Pointwise (absolute) rubric rewards: RaR / Absolute RcRL and the RARE normalised sum.
 
-DESIGN.md sections 4 and 5; seed 000 Table 3 ("Absolute RaR", "Dropout Absolute RaR",
-"Absolute RcRL"); seed 002 (RARE) section 3 (reward r_i and the eligible set S) and the
-appendix on the switch budget B = 3.
+Math: docs/method.md (RcRL, RARE). Sources: Table 3 of "Rubric Curriculum RL: Exploiting the
+Generation-Verification Gap in Non-Verifiable Domains" ("Absolute RaR", "Dropout Absolute RaR",
+"Absolute RcRL"); "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended
+Generation", section 3 (reward r_i and the eligible set S) and the appendix on the switch budget B = 3.
 
 Conventions (G rollouts of one prompt, C criteria):
   s_gc      judge score of rollout g on criterion c, an integer level in {0..m_c} (float array;
@@ -31,7 +32,7 @@ def _as_float(x) -> jnp.ndarray:
 
 
 def normalised_scores(s_gc: jnp.ndarray, max_c: jnp.ndarray) -> jnp.ndarray:
-    """x_gc = s_gc / m_c, clipped to [0, 1] (seed 002 appendix, rubric analysis)."""
+    """x_gc = s_gc / m_c, clipped to [0, 1] (RARE paper appendix, rubric analysis)."""
     s = _as_float(s_gc)
     m = jnp.asarray(max_c, dtype=s.dtype)
     return jnp.clip(s / m, 0.0, 1.0)
@@ -43,7 +44,7 @@ def absolute_reward(
     lambda_c: jnp.ndarray,
     valid_gc: jnp.ndarray | None = None,
 ) -> jnp.ndarray:
-    """Weighted pointwise reward in [0, 1] (Absolute RaR / Absolute RcRL, DESIGN.md section 4).
+    """Weighted pointwise reward in [0, 1] (Absolute RaR / Absolute RcRL, docs/method.md).
 
         r_g = sum_c lambda_c v_gc (s_gc / m_c) / sum_c lambda_c v_gc
 
@@ -75,9 +76,9 @@ def absolute_reward(
 def rare_reward(
     s_gc: jnp.ndarray, max_c: jnp.ndarray, valid_gc: jnp.ndarray | None = None
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """RARE reward, the normalised sum r_g = sum_j s_gj / sum_j m_j (DESIGN.md section 5).
+    """RARE reward, the normalised sum r_g = sum_j s_gj / sum_j m_j (docs/method.md).
 
-    Seed 002 section 3: a revision never changes how many criteria there are, their ids or their
+    RARE paper, section 3: a revision never changes how many criteria there are, their ids or their
     m_j, hence sum_j m_j and the [0, 1] range stay fixed for the whole run. An invalid score counts as 0 in the numerator (the denominator
     is unchanged) and the rollout is flagged.
 
@@ -96,8 +97,8 @@ def saturated_criteria(
 ) -> jnp.ndarray:
     """Eligible set S of RARE: criteria on which EVERY rollout has a valid score equal to m_c.
 
-    DESIGN.md section 5; seed 002 section 3 (eligibility) and the task-prompt appendix ("all
-    judgments valid and equal to the maximum"). Such a criterion adds the same constant to every
+    docs/method.md; RARE paper, section 3 (eligibility) and the task-prompt appendix (every
+    judgment valid and at the maximum). Such a criterion adds the same constant to every
     reward, which cancels in group centering. Uniformly low criteria (every rollout at 0, say) are
     NOT eligible: they may point at a requirement still unmet. One invalid score anywhere in the
     column makes the criterion ineligible. The same test on a later visit detects resaturation.
@@ -112,10 +113,10 @@ def saturated_criteria(
 
 
 def replacement_budget(saturated_c: jnp.ndarray, budget: int = 3) -> jnp.ndarray:
-    """Number of criteria to replace, b = min(B, |S|) with B = 3 by default (seed 002 section 3).
+    """Number of criteria to replace, b = min(B, |S|) with B = 3 by default (RARE paper, section 3).
 
     Replacing b criteria moves any single reward by at most sum_{j in U} m_j / sum_j m_j
-    (seed 002 appendix, switch budget). Returns int32 (scalar, or (B,) for (B, C) input).
+    (RARE paper appendix, switch budget). Returns int32 (scalar, or (B,) for (B, C) input).
     """
     n = jnp.sum(jnp.asarray(saturated_c, dtype=bool), axis=-1)
     return jnp.minimum(n, budget).astype(jnp.int32)
@@ -123,7 +124,7 @@ def replacement_budget(saturated_c: jnp.ndarray, budget: int = 3) -> jnp.ndarray
 
 def switch_bound(max_c: jnp.ndarray, replaced_c: jnp.ndarray) -> jnp.ndarray:
     """Largest possible change of one rollout's RARE reward when the `replaced_c` criteria change:
-    sum_{j replaced} m_j / sum_j m_j (seed 002 appendix, switch budget)."""
+    sum_{j replaced} m_j / sum_j m_j (RARE paper appendix, switch budget)."""
     m = _as_float(max_c)
     sel = jnp.asarray(replaced_c, dtype=bool)
     return jnp.sum(jnp.where(sel, m, 0.0), axis=-1) / jnp.sum(m, axis=-1)

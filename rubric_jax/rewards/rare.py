@@ -1,6 +1,7 @@
-"""Statistics logged for RARE revision events (DESIGN.md section 5).
+"""Statistics logged for RARE revision events (docs/method.md).
 
-Seed 002 (RARE): section 5 / Table 3(a) (per event, on the replacement criteria as one block:
+Source: "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation" (the
+RARE paper): section 5 / Table 3(a) (per event, on the replacement criteria as one block:
 post-switch score, opens headroom, restores variance, mean |A_rep|), Table 3(b) and its appendix
 definitions (per criterion: headroom, variance, mean |z|, headroom rate, averaged over a set of
 criteria such as all Positive or all Negative replacements of one event), Table 6 (headroom flag:
@@ -19,14 +20,14 @@ import jax.numpy as jnp
 from rubric_jax.rewards.group import standardise_in_group
 from rubric_jax.rewards.pointwise import normalised_scores
 
-# Seed 002 counts a criterion as having headroom when mu < 1 - 1e-12. In float32 this threshold
+# The RARE paper counts a criterion as having headroom when mu < 1 - 1e-12. In float32 this threshold
 # rounds to 1.0, i.e. "mu < 1"; it is kept as written for float64 callers.
 HEADROOM_TOL = 1e-12
 Z_EPS = 1e-6
 
 
 def criterion_stats(s_gc: jnp.ndarray, max_c: jnp.ndarray, eps: float = Z_EPS) -> dict:
-    """Per-criterion statistics (seed 002 appendix, Table 3(b) definitions).
+    """Per-criterion statistics (RARE paper appendix, Table 3(b) definitions).
 
     With x_gc = s_gc / m_c, mu_c = mean_g x_gc and sigma_c the population std over the G rollouts:
         headroom_c      = 1 - mu_c

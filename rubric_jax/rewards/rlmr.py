@@ -1,7 +1,8 @@
-"""RLMR: a writing reward combined with a hard-constraint verifier (DESIGN.md section 6).
+"""RLMR: a writing reward combined with a hard-constraint verifier (docs/method.md).
 
-Seed 003 (a review of RLMR, dynamic mixed rewards): the group penalty delta and its guarantee,
-DAPO-style filtering of groups without signal, and the fixed linear-weighting baseline.
+Source: "RLMR: Reinforcement Learning with Mixed Rewards for Creative Writing" (arXiv 2508.18642): the
+group penalty delta and its guarantee, DAPO-style filtering of groups without signal, and the fixed
+linear-weighting baseline.
 
 One group has n rollouts with writing rewards r_n and verifier outcomes violate_n (True = the
 rollout breaks at least one explicit constraint). Everything is pure jnp, jit-able and vmaps over
@@ -20,7 +21,7 @@ def _as_float(x) -> jnp.ndarray:
 
 
 def rlmr_delta(r_n: jnp.ndarray, violate_n: jnp.ndarray, gamma: float) -> jnp.ndarray:
-    """The penalty subtracted from every violator (DESIGN.md section 6):
+    """The penalty subtracted from every violator (docs/method.md):
 
         delta = max(0, (n * r_vio_max + n * gamma - sum_i r_i) / (n - k))   if 0 < k < n
         delta = 0                                                           if k = 0 or k = n
@@ -43,7 +44,7 @@ def rlmr_delta(r_n: jnp.ndarray, violate_n: jnp.ndarray, gamma: float) -> jnp.nd
 def rlmr_penalty(
     r_n: jnp.ndarray, violate_n: jnp.ndarray, gamma: float
 ) -> tuple[jnp.ndarray, jnp.ndarray]:
-    """Apply the RLMR group penalty: r'_i = r_i - delta * violate_i (DESIGN.md section 6).
+    """Apply the RLMR group penalty: r'_i = r_i - delta * violate_i (docs/method.md).
 
     Guarantee (for 0 < k < n): after the penalty every violator is at least gamma below the new
     group mean, r'_vio <= mean(r') - gamma, so with gamma > 0 its advantage is negative under
@@ -63,7 +64,7 @@ def rlmr_penalty(
 
 
 def linear_mix(r: jnp.ndarray, v: jnp.ndarray, a: float, b: float) -> jnp.ndarray:
-    """Fixed linear weighting baseline a * r + b * v (seed 003; DESIGN.md section 6).
+    """Fixed linear weighting baseline a * r + b * v (RLMR paper, arXiv 2508.18642; docs/method.md).
 
     v is the verifier's pass indicator (1 = passes all constraints), e.g. `1 - violate`.
     a = 0, b = 1 is the verifier-only baseline; a = 1, b = 0 the writing-reward-only baseline.
@@ -76,7 +77,7 @@ def flip_labels(key: jax.Array, violate_n: jnp.ndarray, flip_prob: float) -> jnp
     """Flip each verifier label independently with probability flip_prob.
 
     Simulates an imperfect verifier, to measure how the RLMR penalty degrades when its
-    guarantee's premise (a correct verifier) fails (DESIGN.md section 6).
+    guarantee's premise (a correct verifier) fails (docs/method.md).
     """
     v = jnp.asarray(violate_n, dtype=bool)
     flips = jax.random.bernoulli(key, flip_prob, v.shape)

@@ -1,8 +1,8 @@
 """Per-token log-probabilities and entropies of completion tokens.
 
-Shape letters (DESIGN.md section 2): B batch (sequences), T completion time, D model dim, V vocab.
+Shape letters (docs/architecture.md): B batch (sequences), T completion time, D model dim, V vocab.
 
-The GRPO ratio and KL terms (DESIGN.md section 3) need log pi(y_t | y_<t) for every sampled token.
+The GRPO ratio and KL terms (docs/method.md) need log pi(y_t | y_<t) for every sampled token.
 Materialising the (B, T, V) logits of a 150k-vocab model for a long completion costs more memory than the
 rest of the step, so `token_logprobs_chunked` projects the final hidden states onto the vocabulary one
 time-chunk at a time inside `lax.map`, rematerialising each chunk's logits in the backward pass

@@ -1,6 +1,6 @@
 """GRPO policy losses: clipped / dual-clipped ratio objective, KL to the reference, aggregation.
 
-Math: DESIGN.md section 3. Shape letters (section 2): B batch (sequences), T completion time.
+Math: docs/method.md (GRPO with LoRA). Shape letters: B batch (sequences), T completion time.
 
 Aggregation is expressed as carried sums (`LossSums`: a numerator, a denominator and metric sums) rather than
 means, so that micro-batches can be reduced one at a time and combined with `add_sums`:
@@ -90,12 +90,12 @@ class LossSums(NamedTuple):
 
 
 def kl_penalty(logp_bt: jax.Array, ref_logp_bt: jax.Array, kind: str = "k3") -> jax.Array:
-    """Per-token estimate of KL(pi_theta || pi_ref) from sampled-token log-probs (DESIGN.md section 3).
+    """Per-token estimate of KL(pi_theta || pi_ref) from sampled-token log-probs (docs/method.md).
 
         k1 = logp - ref_logp
         k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1      (>= 0, lower variance)
 
-    The estimators are Schulman's "Approximating KL divergence" k1/k3; k3 is the one the RARE seed uses.
+    The estimators are Schulman's "Approximating KL divergence" k1/k3; k3 is the one the RARE paper uses.
     """
     logp_bt = logp_bt.astype(jnp.float32) if logp_bt.dtype != jnp.float64 else logp_bt
     ref_logp_bt = jax.lax.stop_gradient(ref_logp_bt).astype(logp_bt.dtype)
@@ -110,7 +110,7 @@ def kl_penalty(logp_bt: jax.Array, ref_logp_bt: jax.Array, kind: str = "k3") -> 
 def policy_loss_terms(logp_bt: jax.Array, old_logp_bt: jax.Array, adv_b: jax.Array,
                       eps_low: float = 0.2, eps_high: float = 0.2,
                       dual_clip: Optional[float] = 3.0) -> PolicyTerms:
-    """Per-token clipped surrogate loss (DESIGN.md section 3; PPO with the dual clip of Ye et al. 2020).
+    """Per-token clipped surrogate loss (docs/method.md; PPO with the dual clip of Ye et al. 2020).
 
         rho_t = exp(logp_t - old_logp_t)
         l_t   = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
@@ -180,7 +180,8 @@ def loss_sums(logp_bt: jax.Array, old_logp_bt: jax.Array, ref_logp_bt: Optional[
         token_mean: num = sum_{b,t} m x,                    den = sum_{b,t} m
         seq_mean:   num = sum_b (sum_t m x / sum_t m),      den = number of rows with sum_t m > 0
         dr_grpo:    num = sum_{b,t} m x,                    den = number of non-empty rows * max_completion_len
-    (DESIGN.md section 3; dr_grpo's constant normaliser is from "Understanding R1-Zero-Like Training".)
+    (docs/method.md; dr_grpo's constant normaliser is from "Understanding R1-Zero-Like Training: A Critical
+    Perspective", arXiv 2503.20783.)
     max_completion_len is the configured budget, not this batch's T, so micro-batches agree.
 
     `entropy_bt` (optional, e.g. from `token_logprobs_chunked`) only feeds the entropy metric and is

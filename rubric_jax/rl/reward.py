@@ -1,7 +1,8 @@
 """The reward phase of a training step: judge the rollouts, turn verdicts into one reward per rollout.
 
-Covers RcRL and every baseline of its Table 3 (000_...txt) through four switches:
-  judging      pairwise (win rate within the group, DESIGN.md section 4) or absolute (pointwise scores)
+Covers RcRL and every baseline of Table 3 of "Rubric Curriculum RL: Exploiting the Generation-Verification
+Gap in Non-Verifiable Domains" through four switches (math: docs/method.md):
+  judging      pairwise (win rate within the group) or absolute (pointwise scores)
   schedule     curriculum (first K(t) criteria active) or all criteria from step 0
   weighting    emphasis (newest active criterion gets alpha) or equal
   dropout      each step every criterion dropped with probability q, at least one kept
@@ -123,7 +124,7 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
 
 
 # ---------------------------------------------------------------------------------------------
-# Bonuses (000_...txt appendix B; DESIGN.md section 4)
+# Bonuses (RcRL paper appendix B; docs/method.md)
 
 def exploration_bonuses(model, tokens_bt, mask_bt, prompt_len: int, group: int, cfg: RewardConfig,
                         key) -> np.ndarray:

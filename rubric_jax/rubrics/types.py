@@ -1,8 +1,7 @@
 """Rubric and criterion types, their JSON form, and validation.
 
 A `Rubric` is an ordered tuple of `Criterion`s. The order matters: for RcRL it is the curriculum
-order (DESIGN.md section 4), for RARE it fixes the column order of the score matrix s_gc
-(DESIGN.md section 5).
+order, for RARE it fixes the column order of the score matrix s_gc (docs/method.md).
 
 Every criterion defines an integer scale 0..max_points and one text per level, so the pointwise
 judge (score in {0..m_j}) and the pairwise judge (only `name` and `check` are shown) can share

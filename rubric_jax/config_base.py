@@ -1,6 +1,7 @@
 """Defaults shared by every experiment config (configs/*.py build on `base_config`).
 
-Defaults are the RcRL paper's (000_...txt Table 6): Qwen3-4B-sized LoRA r=32 alpha=32 dropout 0.05 on all
+Defaults are the RcRL paper's (Table 6 of "Rubric Curriculum RL: Exploiting the Generation-Verification Gap
+in Non-Verifiable Domains"; see docs/method.md): Qwen3-4B-sized LoRA r=32 alpha=32 dropout 0.05 on all
 projections, lr 5e-6 cosine with 50 warmup steps, 8 prompts x G=8, prompt <= 768 and completion <= 1024
 tokens, top-p 0.8, top-k 20, Dr. GRPO loss, 1300 steps, no KL, one criterion added every 100 steps.
 `tiny_overrides` shrinks any of them to a CPU smoke run on the embedded SmolLM2.
@@ -45,6 +46,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=3))
     c.tensorboard = True
     c.profile_steps = -1  # a step index (or "3,5") to trace with jax.profiler into workdir/profile
+    c.profile_python = False  # also trace Python calls in profiled steps (floods the trace; off = device work only)
     return c
 
 

@@ -122,6 +122,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--no_torch", action="store_true")
+    ap.add_argument("--unrolled", action="store_true", help="run the layers as an unrolled loop instead of a scan")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     dtype = jnp.dtype(args.dtype)
@@ -134,6 +135,8 @@ def main():
 
         path = resolve_checkpoint(args.model)
         model, tokenizer = load_model(path, dtype=dtype), load_tokenizer(args.model)
+    if args.unrolled:
+        model.configure(scan_layers=False)
     pad_id = tokenizer.pad_id if tokenizer else 0
     prompts = make_prompts(tokenizer, args.batch, args.prompt_len, model.cfg.vocab_size)
     weight_bytes = param_count(model) * dtype.itemsize
@@ -143,7 +146,7 @@ def main():
     res = {"model": args.model, "dtype": args.dtype, "batch": args.batch, "prompt_len": args.prompt_len,
            "new_tokens": args.new_tokens, "backend": jax.default_backend(), "device": str(jax.devices()[0]),
            "cpu": platform.processor() or platform.machine(), "threads": args.threads,
-           "weight_bytes": weight_bytes}
+           "weight_bytes": weight_bytes, "scan_layers": model.cfg.scan_layers}
     ours_decode = ours_all - ours_pre
     res["ours"] = {"prefill_tok_s": args.batch * args.prompt_len / ours_pre, "decode_tok_s": n_new / ours_decode,
                    "decode_step_ms": 1e3 * ours_decode / args.new_tokens}

@@ -47,8 +47,8 @@ class KVCache:
     """Keys/values of every layer plus which slots are real tokens and where the next chunk goes."""
 
     # Heads before slots, so both attention matmuls batch over (B, K) with no transpose of the cache.
-    k: jax.Array  # (L, B, K, S, H)
-    v: jax.Array  # (L, B, K, S, H)
+    k: jax.Array  # (L, B, K, S, H), or a tuple of L (B, K, S, H) arrays (see unstack)
+    v: jax.Array
     valid_bs: jax.Array  # (B, S) bool: slot holds a real (non-pad) token
     index: jax.Array  # () int32: next slot to write
 
@@ -70,14 +70,18 @@ class KVCache:
         """This cache, read-only, as a shared prefix (each of its rows read by B/P rows of a later call)."""
         return Prefix(k=self.k, v=self.v, valid_ps=self.valid_bs)
 
+    def unstack(self) -> "KVCache":
+        """The same cache with k and v as tuples of L per-layer arrays (decode loops; see __call__)."""
+        return dataclasses.replace(self, k=_unstack(self.k), v=_unstack(self.v))
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Prefix:
     """A shared, read-only key/value block: row p is read by rows [p*B/P, (p+1)*B/P) of the batch."""
 
-    k: jax.Array  # (L, P, K, S, H)
-    v: jax.Array  # (L, P, K, S, H)
+    k: jax.Array  # (L, P, K, S, H), or a tuple of L (P, K, S, H) arrays
+    v: jax.Array
     valid_ps: jax.Array  # (P, S) bool
 
     @property
@@ -86,6 +90,30 @@ class Prefix:
 
     def lengths(self) -> jax.Array:
         return self.valid_ps.sum(-1).astype(jnp.int32)
+
+    def unstack(self) -> "Prefix":
+        return dataclasses.replace(self, k=_unstack(self.k), v=_unstack(self.v))
+
+
+class PerLayer(tuple):
+    """L per-layer arrays standing in for one stacked (L, ...) array."""
+
+
+jax.tree_util.register_pytree_node(PerLayer, lambda x: (tuple(x), None), lambda _, xs: PerLayer(xs))
+
+
+def _unstack(x):
+    return x if isinstance(x, PerLayer) else PerLayer(x[i] for i in range(x.shape[0]))
+
+
+def _write(buf, kv, which: int, index):
+    """Writes the chunk's keys (which=0) or values (1) into a cache at slot `index`: one update of the
+    stacked (L, B, K, S, H) buffer, or one per layer for per-layer buffers."""
+    if isinstance(buf, PerLayer):
+        return PerLayer(jax.lax.dynamic_update_slice(b, kvl[which].astype(b.dtype), (0, 0, index, 0))
+                     for b, kvl in zip(buf, kv))
+    new = jnp.stack([a[which] for a in kv]) if isinstance(kv, PerLayer) else kv[which]
+    return jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype), (0, 0, 0, index, 0))
 
 
 class Linear(nnx.Module):
@@ -358,11 +386,13 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens_bt, positions_bt=None, *, mask_bt=None, cache: KVCache | None = None,
                  prefixes: tuple[Prefix, ...] = (), chunk_mask_btt=None, return_hidden: bool = False,
-                 return_kv: bool = False):
+                 return_kv: bool = False, layers: tuple | None = None):
         """Returns (logits_btv f32, or final normed hidden_btd if return_hidden, new cache or None).
 
         Without a cache, return_kv=True returns the chunk itself as a new cache (prefill without
-        attending to empty slots): its keys/values, valid where mask_bt is, index T.
+        attending to empty slots): its keys/values, valid where mask_bt is, index T. `layers` (from
+        `unstacked_layers()`) runs the layers unrolled over per-layer weights: decode loops use it,
+        with per-layer caches and prefixes (`unstack()`), so no step copies a layer out of a stack.
 
         chunk_mask_btt (B, T, T) replaces the causal mask among the chunk's own tokens (query t may see
         chunk key u): packed sequences and prefix trees, e.g. several judge suffixes in one row that
@@ -394,25 +424,31 @@ class Transformer(nnx.Module):
             cached_mask = cache.valid_bs & (jnp.arange(cache.size) < cache.index)[None, :]
 
         x = constrain(self.embed_tokens(tokens_bt).astype(self.dtype), ("batch", "seq", "embed"))
-        x, kv_lbkth = self._layers(x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes,
-                                   return_kv or cache is not None)
+        x, kv = self._layers(x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes,
+                             return_kv or cache is not None, layers)
         x = self.norm(x)
         new_cache = None
         if cache is None and return_kv:
-            new_cache = KVCache(k=kv_lbkth[0], v=kv_lbkth[1], valid_bs=mask_bt, index=jnp.asarray(t, jnp.int32))
+            k, v = (jnp.stack([a[0] for a in kv]), jnp.stack([a[1] for a in kv])) if isinstance(kv, PerLayer) else kv
+            new_cache = KVCache(k=k, v=v, valid_bs=mask_bt, index=jnp.asarray(t, jnp.int32))
         elif cache is not None:
-            at = (0, 0, 0, cache.index, 0)
-            new_cache = KVCache(k=jax.lax.dynamic_update_slice(cache.k, kv_lbkth[0].astype(cache.k.dtype), at),
-                                v=jax.lax.dynamic_update_slice(cache.v, kv_lbkth[1].astype(cache.v.dtype), at),
+            new_cache = KVCache(k=_write(cache.k, kv, 0, cache.index), v=_write(cache.v, kv, 1, cache.index),
                                 valid_bs=jax.lax.dynamic_update_slice(cache.valid_bs, mask_bt, (0, cache.index)),
                                 index=(cache.index + t).astype(jnp.int32))
         if return_hidden:
             return x, new_cache
         return self.logits(x), new_cache
 
-    def _layers(self, x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes, keep_kv):
-        """Runs the stacked layers (scanned or unrolled). Returns (x, the chunk's keys and values
-        (L, B, K, T, H) each if keep_kv, else None)."""
+    def unstacked_layers(self) -> tuple:
+        """The layer weights as L separate states (one copy of the weights). A decode loop built on
+        them (`layers=`) reads each layer in place instead of slicing the stacked weights every step."""
+        _, state = nnx.split(self.layers)
+        return tuple(jax.tree.map(lambda a: a[i], state) for i in range(self.cfg.num_layers))
+
+    def _layers(self, x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes, keep_kv, layers=None):
+        """Runs the layers: scanned over the stacked weights, or unrolled (over `layers`, per-layer
+        states, when given). Returns (x, the chunk's keys and values if keep_kv: (L, B, K, T, H) each
+        when scanned, else a tuple of L (k, v) pairs)."""
         cfg = self.cfg
         graphdef, state = nnx.split(self.layers)
         attn = dict(impl=cfg.attention, chunk=cfg.attention_chunk)
@@ -426,20 +462,31 @@ class Transformer(nnx.Module):
             return x, (kv if keep_kv else None)
 
         layer_fn = _remat(layer_fn, cfg.remat)
-
-        def body(x, xs):
-            return layer_fn(x, *xs)
-
-        # Caches and prefixes are scanned inputs (read-only slices); the chunk's new keys come out
-        # as scan outputs and are written into the cache once, after the scan.
-        xs = (state, None if cache is None else (cache.k, cache.v), tuple((pf.k, pf.v) for pf in prefixes))
-        if cfg.scan_layers:
-            return jax.lax.scan(body, x, xs)
+        caches = None if cache is None else (cache.k, cache.v)
+        pkv = tuple((pf.k, pf.v) for pf in prefixes)
+        if cfg.scan_layers and layers is None and not _per_layer(caches, pkv):
+            # Caches and prefixes are scanned inputs (read-only slices); the chunk's new keys come out
+            # as scan outputs and are written into the cache once, after the scan.
+            return jax.lax.scan(lambda x, xs: layer_fn(x, *xs), x, (state, caches, pkv))
         kvs = []
         for i in range(cfg.num_layers):
-            x, kv = body(x, jax.tree.map(lambda a: a[i], xs))
+            layer_state = layers[i] if layers is not None else jax.tree.map(lambda a: a[i], state)
+            # Indexing a tuple of per-layer arrays takes that array as it is (no copy).
+            x, kv = layer_fn(x, layer_state, jax.tree.map(lambda a: a[i], caches, is_leaf=_is_layers),
+                             jax.tree.map(lambda a: a[i], pkv, is_leaf=_is_layers))
             kvs.append(kv)
-        return x, (jax.tree.map(lambda *a: jnp.stack(a), *kvs) if keep_kv else None)
+        return x, (PerLayer(kvs) if keep_kv else None)
+
+
+def _is_layers(x) -> bool:
+    return isinstance(x, PerLayer)
+
+
+def _per_layer(*trees) -> bool:
+    """True when caches or prefixes hold per-layer arrays (see KVCache.unstack)."""
+    found = []
+    jax.tree.map(lambda a: found.append(_is_layers(a)), trees, is_leaf=_is_layers)
+    return any(found)
 
 
 def init_model(cfg: ModelConfig, *, dtype=jnp.float32, seed: int = 0) -> Transformer:

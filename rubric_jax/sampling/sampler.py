@@ -81,7 +81,11 @@ def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, mi
     with jax.named_scope("sample/prefill"):
         logits, prompts = prefill(model, tokens_bt, mask_bt, num_samples)
     rows = logits.shape[0]
-    cache = KVCache.empty(model.cfg, rows, max_new_tokens, dtype=model.dtype)
+    # The loop reads per-layer weights, prompt keys and caches: slicing a stacked (L, ...) array
+    # inside the loop would copy a layer of weights every step on backends that cannot alias slices.
+    layers = model.unstacked_layers()
+    prompts = prompts.unstack()
+    cache = KVCache.empty(model.cfg, rows, max_new_tokens, dtype=model.dtype).unstack()
     eos = jnp.asarray(eos_ids, jnp.int32)
 
     def cond(carry):
@@ -103,7 +107,8 @@ def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, mi
         new_done = done | jnp.isin(tok, eos)
         m = nnx.merge(graphdef, state)
         with jax.named_scope("sample/decode"):
-            next_logits, cache = m(tok[:, None], mask_bt=~done[:, None], cache=cache, prefixes=(prompts,))
+            next_logits, cache = m(tok[:, None], mask_bt=~done[:, None], cache=cache, prefixes=(prompts,),
+                                   layers=layers)
         return step + 1, cache, next_logits[:, 0], new_done, toks, logps, ents
 
     init = (jnp.zeros((), jnp.int32), cache, logits, jnp.zeros((rows,), bool),

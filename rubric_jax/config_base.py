@@ -20,6 +20,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.tokenizer = ""  # defaults to the model's
     c.dtype = "bfloat16"
     c.mesh = ""  # "" = one device; e.g. "fsdp:2,tensor:4" (axes data, fsdp, tensor; product = local devices)
+    # How the model's forward runs (rubric_jax.models.config.ModelConfig): layer scan, rematerialisation in
+    # the update ("none" | "full" | "dots_saveable"), attention ("plain" | "xla" | "cudnn" | "chunked").
+    c.forward = ml_collections.ConfigDict(dict(scan_layers=True, remat="none", attention="plain",
+                                               attention_chunk=512))
     c.seed = 0
     c.steps = 1300
     c.prompts_per_step = 8
@@ -46,6 +50,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=3))
     c.tensorboard = True
     c.profile_steps = -1  # a step index (or "3,5") to trace with jax.profiler into workdir/profile
+    c.compilation_cache_dir = ""  # persistent XLA cache: "" = <workdir>/jax_cache, "none" = off, else a path
     c.profile_python = False  # also trace Python calls in profiled steps (floods the trace; off = device work only)
     return c
 

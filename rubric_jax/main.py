@@ -1,6 +1,8 @@
 """Entry point: python -m rubric_jax.main --config=configs/rcrl.py[:tiny] --workdir=DIR [--config.steps=5]
 
-Restarting the same command resumes from the latest checkpoint in DIR.
+Restarting the same command resumes from the latest checkpoint in DIR, and loads the programs the previous run
+compiled from JAX's persistent compilation cache in DIR/jax_cache (--config.compilation_cache_dir: another
+directory, or 'none'; a JAX_COMPILATION_CACHE_DIR in the environment is used instead of the default).
 """
 
 from absl import app, flags, logging

@@ -46,6 +46,21 @@ from rubric_jax.rubrics.types import Criterion, Rubric
 log = logging.getLogger(__name__)
 
 
+def _first_fit(items, lane: int) -> list[list]:
+    """First-fit decreasing packing of (length, payload) items into lanes of `lane` tokens; payload lists."""
+    lanes, fill = [], []
+    for n, payload in sorted(items, key=lambda e: -e[0]):
+        for li in range(len(lanes)):
+            if fill[li] + n <= lane:
+                lanes[li].append(payload)
+                fill[li] += n
+                break
+        else:
+            lanes.append([payload])
+            fill.append(n)
+    return lanes
+
+
 @dataclasses.dataclass
 class _Job:
     """One head/body pair and the criteria still to score on it."""
@@ -83,6 +98,7 @@ class Judge:
         self.cache = cache if cache is not None else JudgmentCache(config.cache_entries)
         self.stats = JudgeStats()
         self._shapes: dict[tuple, list] = {}  # compiled call shapes per (kind, verdict ids)
+        self._reserved: list[Criterion] = []  # criteria later calls may bring (see reserve)
 
     def refresh(self) -> None:
         """Kept for callers of the old API: weights are read at every call."""
@@ -119,22 +135,37 @@ class Judge:
             shapes.append(fresh)
             return fresh
         if budget_left == 1:
-            grow = lambda x: bucket(int(x * 1.5), cfg.len_steps)
-            stack = shapes + [fresh]
-            lane = grow(max(sh[5] for sh in stack))
-            ceiling = (max(sh[0] for sh in stack), grow(max(sh[1] for sh in stack)), max(sh[2] for sh in stack),
-                       grow(max(sh[3] for sh in stack)), max(max(sh[4] for sh in stack), lanes_at(lane)), lane,
-                       max(sh[6] for sh in stack))
-            shapes.append(ceiling)
-            return ceiling
+            shapes.append(self._ceiling(shapes + [fresh], need["kind"], lanes_at))
+            return shapes[-1]
         # Budget spent and nothing fits: correctness first (one more compilation), and say so.
         log.warning("judge: no compiled %s shape fits %s (budget of %d spent): compiling another",
                     kind[0], need, cfg.max_shapes)
         shapes.append(fresh)
         return fresh
 
+    def reserve(self, criteria) -> None:
+        """Declares every criterion later calls may judge (e.g. a curriculum's full list), so the last
+        compiled shape is planned to hold all of them at once."""
+        self._reserved = as_criteria(criteria)
+
+    def _ceiling(self, stack, kind, lanes_at):
+        """The budget's last shape: every dimension at least the largest seen; lengths grown towards
+        the token budgets' maxima; reads and lanes room for all reserved criteria."""
+        cfg = self.config
+        pc = cfg.prompt
+        head_max = len(self.prompts.head(kind, [0] * pc.max_prompt_tokens, [0] * pc.max_response_tokens))
+        body_max = len(self.prompts.body([0] * pc.max_response_tokens)) if kind == "pair" else 0
+        grow = lambda x, top: max(x, min(bucket(2 * x, cfg.len_steps), bucket(max(top, 1), cfg.len_steps)))
+        reserved = [len(self.prompts.suffix(kind, c)) for c in self._reserved]
+        lane = max(max(sh[5] for sh in stack), bucket(max(reserved, default=1), cfg.len_steps))
+        lc = max(max(sh[4] for sh in stack), lanes_at(lane),
+                 len(_first_fit([(n, None) for n in reserved], lane)))
+        return (max(sh[0] for sh in stack), grow(max(sh[1] for sh in stack), head_max), max(sh[2] for sh in stack),
+                grow(max(sh[3] for sh in stack), body_max), lc, lane,
+                max(max(sh[6] for sh in stack), pow2(len(reserved))))
+
     # ---- device calls ------------------------------------------------------------------------
-    def _run_tree(self, jobs: list[_Job], suffixes: list[tuple[int, ...]], ids: list[int]):
+    def _run_tree(self, jobs: list[_Job], suffixes: list[tuple[int, ...]], ids: list[int], kind: str = "pair"):
         """Scores every (job, criterion) with the prefix-tree forward. Returns {out key: (logits, lse)}.
 
         Each job is one unit: its body plus its criteria's suffixes packed into lanes of L tokens
@@ -147,25 +178,14 @@ class Judge:
 
         def pack(job, lane):
             """First fit, longest first: lists of (criterion, out key) whose suffixes fit in `lane` tokens."""
-            order = sorted(zip(job.crits, job.out), key=lambda e: -len(suffixes[e[0]]))
-            lanes, fill = [], []
-            for ci, key in order:
-                n = len(suffixes[ci])
-                for li in range(len(lanes)):
-                    if fill[li] + n <= lane:
-                        lanes[li].append((ci, key))
-                        fill[li] += n
-                        break
-                else:
-                    lanes.append([(ci, key)])
-                    fill.append(n)
-            return lanes
+            return _first_fit([(len(suffixes[ci]), (ci, key)) for ci, key in zip(job.crits, job.out)], lane)
 
         heads: dict[tuple[int, ...], list] = {}
         for job in jobs:
             heads.setdefault(job.head, []).append(job)
         need = dict(t1=max(len(h) for h in heads), jn=max(len(js) for js in heads.values()),
-                    tb=max(len(j.body) for j in jobs), r=max(len(j.crits) for j in jobs), longest=longest)
+                    tb=max(len(j.body) for j in jobs), r=max(len(j.crits) for j in jobs), longest=longest,
+                    kind=kind)
         sets = list({tuple(sorted(j.crits)): j for j in jobs}.values())  # distinct criteria sets: few
 
         def lanes_at(lane):
@@ -353,8 +373,10 @@ class Judge:
             job = jobs.setdefault((head, body), _Job(head, body, [], []))
             job.crits.append(si)
             job.out.append(key)
-        run = self._run_tree if sharing == "tree" else self._run_full
-        res = run(list(jobs.values()), suffix_of.table, ids)
+        if sharing == "tree":
+            res = self._run_tree(list(jobs.values()), suffix_of.table, ids, kind)
+        else:
+            res = self._run_full(list(jobs.values()), suffix_of.table, ids)
         for key, (vl, lse) in res.items():
             v = np.concatenate([np.asarray(vl, np.float32), np.asarray([lse], np.float32)])
             out[key] = v

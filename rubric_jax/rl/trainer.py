@@ -3,6 +3,10 @@
 `train(config, workdir)` is the whole job. Everything random is derived from (config.seed, step), and
 the data iterator's state, the LoRA parameters and the optimizer state are checkpointed together, so a
 killed run restarted with the same command continues exactly where it stopped.
+
+Shapes (rubric_jax.rl.shapes): prompts are padded to one width for the run and completions trimmed to a
+rung of a 4-rung ladder, so each jitted program compiles at most 4 times; compiled programs persist in
+<workdir>/jax_cache (config.compilation_cache_dir) for the next run in the same workdir.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mas
 from rubric_jax.rl import diagnostics
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.losses import LossConfig
-from rubric_jax.rl.metrics import ConsoleProgress, MetricsWriter, PhaseTimer
+from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
 from rubric_jax.rl.profiling import maybe_profile
 from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_rewards, ordered_criteria, step_weights,
                                   usefulness_bonuses)
+from rubric_jax.rl.shapes import JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_metrics
 from rubric_jax.rubrics import load_rubric
 from rubric_jax.sampling import sample
 
@@ -55,6 +60,7 @@ class Setup:
     dataset: PromptDataset
     data_iter: Any
     mesh: Any = None
+    shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
 
 
 def _model_name(config) -> str:
@@ -86,7 +92,7 @@ def build(config) -> Setup:
     name = _model_name(config)
     dtype = jnp.dtype(config.dtype)
     mesh = parse_mesh(config.mesh)
-    base = load_model(name, dtype=dtype, mesh=mesh)
+    base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
     tokenizer = load_tokenizer(config.tokenizer or name)
     # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only.
     graphdef, state = nnx.split(base)
@@ -109,10 +115,17 @@ def build(config) -> Setup:
                   max_response_tokens=config.judge.max_response_tokens)
     reward_cfg = RewardConfig(**config.reward.to_dict())
     criteria = ordered_criteria(load_rubric(config.rubric), reward_cfg)
+    judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
     records = load_jsonl(config.data.path)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
-    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), mesh)
+    # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
+    shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,
+                             [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records])
+    log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
+             shapes.prompt_ladder, shapes.completion_ladder)
+    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), mesh,
+                 shapes)
 
 
 def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
@@ -141,14 +154,14 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     return step
 
 
-def rollout_batch(out, adv_b: np.ndarray) -> RolloutBatch:
-    g = out.num_samples
-    prompt = np.repeat(out.prompt_tokens, g, axis=0)
-    pmask = np.repeat(out.prompt_mask, g, axis=0)
-    cmask = out.completion_mask()
-    return RolloutBatch(tokens_bt=np.concatenate([prompt, out.tokens], axis=1),
-                        mask_bt=np.concatenate([pmask, cmask], axis=1), prompt_len=prompt.shape[1],
-                        completion_mask_bt=cmask, adv_b=adv_b.astype(np.float32))
+def rollout_batch(out, adv_b: np.ndarray, shapes: ShapePlan | None = None, pad_id: int = 0) -> RolloutBatch:
+    """The update's batch; with `shapes`, prompt columns at the run's width and completion columns trimmed to
+    the ladder rung of the longest completion (rubric_jax.rl.shapes: the loss is unchanged)."""
+    if shapes is None:
+        return fit_rollout_batch(out, adv_b)
+    return fit_rollout_batch(out, adv_b, prompt_width=shapes.prompt_width,
+                             completion_width=shapes.completion_width(int(np.max(out.lengths, initial=0))),
+                             pad_id=pad_id)
 
 
 def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, float]:
@@ -162,24 +175,30 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
         out = sample(setup.policy.model(), [e[0] for e in encoded], max_new_tokens=cfg.max_completion_len,
                      num_samples=g, temperature=cfg.sampling.temperature, top_k=cfg.sampling.top_k,
                      top_p=cfg.sampling.top_p, min_p=cfg.sampling.min_p, eos_ids=tok.eos_ids, pad_id=tok.pad_id,
-                     seed=jax.random.fold_in(key, 0))
+                     seed=jax.random.fold_in(key, 0),
+                     prompt_length=None if setup.shapes is None else setup.shapes.prompt_width)
+        batch = rollout_batch(out, np.zeros(out.tokens.shape[0], np.float32), setup.shapes, tok.pad_id)
+        metrics.update(padding_metrics(out, batch))
         completions = out.completions()
         texts = [tok.decode(c) for c in completions]
         responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
 
     with timer.phase("judge"):
         weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
-        r_bg, rmetrics = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights, setup.reward_cfg,
-                                       seed=step)
+        with JudgePadding(setup.judge) as judge_pad:
+            r_bg, rmetrics = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights,
+                                           setup.reward_cfg, seed=step)
         metrics.update(rmetrics)
+        metrics.update(judge_pad.metrics())
 
     with timer.phase("reward"):
         metrics["reward/judge_mean"] = float(r_bg.mean())
-        r_bg = _add_bonuses(setup, r_bg, out, records, encoded, completions, key, metrics)
+        r_bg = _add_bonuses(setup, r_bg, batch, records, encoded, completions, key, metrics)
         adv = np.asarray(advantages(jnp.asarray(r_bg), kind=cfg.loss.advantage)).reshape(-1)
 
     with timer.phase("update"):
-        umetrics = setup.policy.update(rollout_batch(out, adv), jax.random.fold_in(key, 2))
+        umetrics = setup.policy.update(dataclasses.replace(batch, adv_b=adv.astype(np.float32)),
+                                       jax.random.fold_in(key, 2))
 
     metrics.update(umetrics)
     metrics.update({
@@ -192,10 +211,10 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
     return metrics
 
 
-def _add_bonuses(setup: Setup, r_bg, out, records, encoded, completions, key, metrics) -> np.ndarray:
+def _add_bonuses(setup: Setup, r_bg, batch: RolloutBatch, records, encoded, completions, key,
+                 metrics) -> np.ndarray:
     rc, g = setup.reward_cfg, setup.config.group_size
     if rc.exploration_coef:
-        batch = rollout_batch(out, np.zeros(out.tokens.shape[0], np.float32))
         bonus = exploration_bonuses(setup.base, batch.tokens_bt, batch.mask_bt, batch.prompt_len, g, rc,
                                     jax.random.fold_in(key, 3))
         metrics["bonus/exploration"] = float(bonus.mean())
@@ -214,6 +233,13 @@ def _add_bonuses(setup: Setup, r_bg, out, records, encoded, completions, key, me
 def train(config, workdir: str) -> list[dict]:
     """Runs (or resumes) the job in `workdir`; returns the metrics of the steps run in this call."""
     os.makedirs(workdir, exist_ok=True)
+    # Before anything compiles: programs compiled by an earlier run in this workdir are loaded, not rebuilt
+    # ('' = <workdir>/jax_cache unless JAX was given a directory; 'none' = off). Restored afterwards.
+    with compilation_cache(config.compilation_cache_dir, workdir):
+        return _train(config, workdir)
+
+
+def _train(config, workdir: str) -> list[dict]:
     setup = build(config)
     ckpt = Checkpointer(workdir, max_to_keep=config.checkpoint.keep, save_interval_steps=1)
     start = _restore(setup, ckpt)
@@ -227,11 +253,13 @@ def train(config, workdir: str) -> list[dict]:
     history, saved = [], start
     step = start
     snapshot = _snapshot(setup)
+    compiles = CompileCounter().start()  # per step: XLA programs built (setup's own are not counted)
     try:
         for step in range(start, config.steps):
             snapshot = _snapshot(setup)
             timer = PhaseTimer()
-            with maybe_profile(step, config.profile_steps, workdir), _mesh_context(setup.mesh):
+            with (maybe_profile(step, config.profile_steps, workdir, python=config.profile_python),
+                  _mesh_context(setup.mesh)):
                 metrics = train_step(setup, step, jax.random.fold_in(base_key, step), timer)
             done = step + 1
             if done % config.checkpoint.every == 0 or done == config.steps:
@@ -241,6 +269,7 @@ def train(config, workdir: str) -> list[dict]:
                     saved = done
             metrics.update(timer.metrics())
             metrics["time/step"] = sum(timer.metrics().values())
+            metrics.update(compiles.metrics())  # time/compiles, time/compile_cache_hits, time/compile_secs
             writer.write_scalars(step, metrics)
             progress.update(step, metrics)
             history.append({"step": step, **metrics})
@@ -252,6 +281,7 @@ def train(config, workdir: str) -> list[dict]:
             ckpt.save(step, {"lora": lora, "opt_state": opt_state}, _meta(setup, step, data_state), force=True)
         raise
     finally:
+        compiles.stop()
         ckpt.wait()
         ckpt.close()
         writer.close()

@@ -1,5 +1,6 @@
 """Run in a subprocess with 8 forced CPU devices (see test_sharding.py): one GRPO update on a 2x4 mesh vs one
-device. Prints the max |diff| of the updated LoRA parameters and the loss as JSON."""
+device. Prints as JSON the max |diff| of the updated LoRA parameters, how far the update moved them (lora_b
+starts at zero, as in training), the loss, and where the sharded run placed every parameter."""
 
 import json
 import os
@@ -10,12 +11,14 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax
 import numpy as np
+from flax import nnx
 
 from rubric_jax import load_model
-from rubric_jax.models.lora import LoRAConfig, apply_lora, lora_modules
+from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model, use_mesh
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
+from sharding_placement import placement
 
 
 def batch():
@@ -29,28 +32,47 @@ def batch():
 
 
 def update(model, mesh=None):
-    apply_lora(model, LoRAConfig(rank=4, alpha=8.0), seed=3)
-    for i, (_, _, m) in enumerate(lora_modules(model)):
-        m.lora_b.set_value(jax.random.normal(jax.random.key(i), m.lora_b.get_value().shape) * 0.01)
+    apply_lora(model, LoRAConfig(rank=4, alpha=8.0), seed=3)  # lora_b = 0: only the update can move it
     if mesh is not None:
         shard_model(model, mesh)
     policy = Policy(model, make_optimizer(1e-3, warmup_steps=0, total_steps=10),
                     LossConfig(aggregation="token_mean", kl_coef=0.1), PolicyConfig(micro_batch_size=4,
                                                                                       num_iterations=2))
-    metrics = policy.update(batch(), jax.random.key(0))
-    return [np.asarray(x) for x in jax.tree.leaves(policy.lora)], metrics, policy
+    before = _lora_values(policy)
+    metrics = policy.update(batch(), jax.random.key(0))  # two iterations: lora_b moves, then lora_a too
+    return before, _lora_values(policy), metrics, policy
+
+
+def _lora_values(policy):
+    """{"path/lora_a": array} for every adapter parameter (layout-agnostic: stacked or per layer)."""
+    return {"/".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(policy.lora)}
+
+
+def _max_abs(arrays):
+    return max(float(np.abs(a).max()) for a in arrays)
 
 
 def main(ckpt):
     assert len(jax.devices()) == 8
-    single, m1, _ = update(load_model(ckpt))
+    init1, single, m1, _ = update(load_model(ckpt))
     mesh = make_mesh({"fsdp": 2, "tensor": 4})
     with use_mesh(mesh):
-        sharded, m2, policy = update(load_model(ckpt, mesh=mesh), mesh)
-    spec = str(jax.tree.leaves(policy.base)[3].sharding.spec)
-    print(json.dumps({"max_diff": max(float(np.abs(a - b).max()) for a, b in zip(single, sharded)),
-                      "loss": [m1["loss"], m2["loss"]], "kl": [m1["kl"], m2["kl"]],
-                      "moved": max(float(np.abs(a).max()) for a in single), "spec": spec}))
+        init2, sharded, m2, policy = update(load_model(ckpt, mesh=mesh), mesh)
+    assert sorted(single) == sorted(sharded) and single
+    a_keys = [k for k in single if k.endswith("lora_a")]
+    b_keys = [k for k in single if k.endswith("lora_b")]
+    moved = lambda ks, after, before: _max_abs([after[k] - before[k] for k in ks])
+    print(json.dumps({
+        "num_lora": len(single), "num_lora_a": len(a_keys), "num_lora_b": len(b_keys),
+        "init_diff": _max_abs([init1[k] - init2[k] for k in single]),  # both runs start from the same adapters
+        "lora_b_init": _max_abs([init1[k] for k in b_keys]),
+        # how far the step moved each kind of adapter, single device and mesh
+        "moved_a": [moved(a_keys, single, init1), moved(a_keys, sharded, init2)],
+        "moved_b": [moved(b_keys, single, init1), moved(b_keys, sharded, init2)],
+        # the parameters after the step: mesh vs single device
+        "max_diff": _max_abs([single[k] - sharded[k] for k in single]),
+        "loss": [m1["loss"], m2["loss"]], "kl": [m1["kl"], m2["kl"]],
+        "placement": placement(nnx.state(policy.model()), mesh)}))
 
 
 if __name__ == "__main__":

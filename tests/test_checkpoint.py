@@ -141,26 +141,44 @@ def test_stray_unfinalized_directory_is_ignored(tmp_path):
     assert ck2.latest_step() == 1
     state, meta = ck2.restore()
     assert state["step"] == 1 and meta == {"s": 1}
-    ck2.wait()
-    assert not os.path.exists(stray)  # cleaned up on open
-    # and training continues: step 2 can be saved over the debris
+    # and training continues: step 2 can be saved over the debris. Opening the Checkpointer starts the cleanup in the
+    # background and orbax's save waits for it (wait() does not), so the debris is checked for after a save.
     assert ck2.save(2, {"x": np.zeros((3,), np.float32), "step": 2}, {"s": 2})
     ck2.wait()
     assert ck2.all_steps() == [1, 2]
+    assert sorted(os.listdir(ck2.directory)) == ["1", "2"]
+    assert not [f for _, _, fs in os.walk(ck2.directory) for f in fs if f == "junk"]  # the stray files are gone
     ck2.close()
 
 
 _CHILD = textwrap.dedent("""
-    import os, sys
+    import os, sys, time
     import numpy as np
+    import orbax.checkpoint as ocp
     sys.path.insert(0, {repo!r})
     from rubric_jax.rl.checkpoint import Checkpointer
     wd = sys.argv[1]
-    big = np.random.default_rng(0).standard_normal((32, 1024, 1024), dtype=np.float32)  # 128 MiB
+
+    # The kill point: every item of step 2 has been written into its temporary directory, the commit (rename to
+    # "2" + commit marker) has not happened. The hook reports where it stopped and blocks until the parent kills.
+    real_finalize = ocp.CompositeCheckpointHandler.finalize
+    block = False
+
+    def finalize(self, directory):
+        if block:
+            with open(os.path.join(wd, "blocked.tmp"), "w") as f:
+                f.write(str(directory))
+            os.replace(os.path.join(wd, "blocked.tmp"), os.path.join(wd, "blocked_in_save"))
+            time.sleep(600)
+        return real_finalize(self, directory)
+
+    ocp.CompositeCheckpointHandler.finalize = finalize
+    big = np.random.default_rng(0).integers(0, 2**32, (256, 1024), dtype=np.uint32)  # 1 MiB, incompressible
     ck = Checkpointer(wd)
     ck.save(1, {{"w": np.arange(10, dtype=np.float32), "step": 1}}, {{"s": 1}})
     ck.wait()
     open(os.path.join(wd, "step1_done"), "w").close()
+    block = True
     ck.save(2, {{"w": big, "step": 2}}, {{"s": 2}})
     ck.wait()
     open(os.path.join(wd, "step2_done"), "w").close()
@@ -168,38 +186,43 @@ _CHILD = textwrap.dedent("""
 
 
 def test_kill_during_save_keeps_previous_checkpoint(tmp_path):
+    """SIGKILL lands deterministically inside the save of step 2 (a hook blocks it just before the commit)."""
     script = tmp_path / "child.py"
     script.write_text(_CHILD.format(repo=REPO))
     wd = tmp_path / "wd"
     wd.mkdir()
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.Popen([sys.executable, str(script), str(wd)], env=env)
-    ckdir = wd / "checkpoints"
-    killed_mid_write = False
+    blocked = wd / "blocked_in_save"
     try:
-        deadline = time.time() + 60
-        while time.time() < deadline and proc.poll() is None:
-            if (wd / "step1_done").exists() and ckdir.exists():
-                names = os.listdir(ckdir)
-                if "2" in names:
-                    break  # finished before we could interrupt it
-                tmp = [n for n in names if n.startswith("2.")]
-                if tmp and sum(len(f) for _, _, f in os.walk(ckdir / tmp[0])) >= 3:  # array data being written
-                    proc.send_signal(signal.SIGKILL)
-                    killed_mid_write = True
-                    break
-            time.sleep(0.002)
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None and not blocked.exists():
+            time.sleep(0.01)
+        running = proc.poll() is None
+        if running:
+            proc.send_signal(signal.SIGKILL)
     finally:
-        if proc.poll() is None and not killed_mid_write:
+        if proc.poll() is None:
             proc.kill()
         proc.wait()
     assert (wd / "step1_done").exists(), "child failed before its first save"
-    if not killed_mid_write:
-        pytest.skip("the 128 MiB save finished before the kill landed")
+    assert blocked.exists(), "the save of step 2 never reached the kill point"
+    assert running, "the child exited on its own instead of being killed mid-save"
     assert not (wd / "step2_done").exists()
+    # The kill left step 2 half-done: a temporary directory holding its array data, no finalized "2".
+    ckdir = wd / "checkpoints"
+    tmp_dir = blocked.read_text()
+    assert os.path.isdir(tmp_dir) and os.path.basename(tmp_dir) != "2"
+    assert os.path.dirname(os.path.abspath(tmp_dir)) == str(ckdir)
+    assert sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(tmp_dir) for f in fs) >= 2**20
+    assert "2" not in os.listdir(ckdir)
     ck = Checkpointer(wd)
     assert ck.latest_step() == 1
     state, meta = ck.restore(target_state={"w": jax.ShapeDtypeStruct((10,), jnp.float32), "step": 0})
     assert state["step"] == 1 and meta == {"s": 1}
     np.testing.assert_array_equal(state["w"], np.arange(10))
+    # The debris is cleaned up by the next Checkpointer (in the background; its first save waits for it).
+    assert ck.save(3, {"w": np.zeros(10, np.float32), "step": 3}, {"s": 3})
+    ck.wait()
+    assert ck.all_steps() == [1, 3] and not os.path.exists(tmp_dir)
     ck.close()

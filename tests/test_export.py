@@ -56,6 +56,21 @@ def _check_peft(model, cfg, base_dir, out_dir, ours):
     np.testing.assert_allclose(torch_logits(pm, TOKENS), ours, atol=TOL, rtol=0)
 
 
+def test_hf_config_reads_back_as_the_same_model_config():
+    """config.json written by the exporter (through JSON) parses back to the exported ModelConfig, for every preset:
+    Qwen3 tied and untied, Llama 3 with its rope scaling, several eos ids."""
+    from rubric_jax import PRESETS
+    from rubric_jax.models.config import ModelConfig
+    from rubric_jax.models.export import hf_config_dict
+
+    for name, cfg in PRESETS.items():
+        d = json.loads(json.dumps(hf_config_dict(cfg, dtype="bfloat16")))
+        assert ModelConfig.hf_dtype(d) == "bfloat16"
+        assert ModelConfig.from_hf_dict(d, name=cfg.name) == cfg, name
+    with pytest.raises(ValueError, match="unsupported export dtype"):
+        hf_config_dict(PRESETS["tiny"], dtype="int8")
+
+
 @pytest.fixture(scope="module")
 def lora_qwen3(tiny_qwen3, tiny_qwen3_model):
     model, cfg = _lora_model(tiny_qwen3[0])
@@ -65,6 +80,7 @@ def lora_qwen3(tiny_qwen3, tiny_qwen3_model):
     return model, cfg, ours
 
 
+@pytest.mark.slow
 def test_export_hf_merged_loads_in_transformers_and_back(lora_qwen3, tiny_qwen3, qwen_tokenizer, tmp_path):
     from rubric_jax import load_model
     from rubric_jax.models.export import export_hf
@@ -97,6 +113,7 @@ def test_export_hf_merged_loads_in_transformers_and_back(lora_qwen3, tiny_qwen3,
     assert AutoTokenizer.from_pretrained(out).encode(text) == qwen_tokenizer.hf.encode(text)
 
 
+@pytest.mark.slow
 def test_export_peft_adapter_gives_our_logits(lora_qwen3, tiny_qwen3, tmp_path):
     from safetensors import safe_open
 
@@ -111,6 +128,7 @@ def test_export_peft_adapter_gives_our_logits(lora_qwen3, tiny_qwen3, tmp_path):
 
 
 @pytest.mark.parametrize("arch,tied,shard", [("qwen3", False, True), ("llama", False, False)])
+@pytest.mark.slow
 def test_export_variants(arch, tied, shard, tmp_path):
     """Untied lm_head, Llama 3 rope scaling, sharded output with an index; merged and adapter exports."""
     from rubric_jax import load_model
@@ -138,6 +156,7 @@ def test_export_variants(arch, tied, shard, tmp_path):
     _check_peft(model, cfg, src, tmp_path / "adapter", ours)
 
 
+@pytest.mark.slow
 def test_export_bfloat16(lora_qwen3, tmp_path):
     from safetensors import safe_open
 
@@ -155,6 +174,7 @@ def test_export_bfloat16(lora_qwen3, tmp_path):
     assert np.abs(got - ours).max() < 0.02 * np.abs(ours).max()
 
 
+@pytest.mark.slow
 def test_export_errors(tiny_qwen3_model, lora_qwen3, tmp_path):
     from rubric_jax.models.export import export_hf, export_peft
     from rubric_jax.models.lora import LoRAConfig

@@ -28,6 +28,7 @@ def _variant(model, **runtime):
     return nnx.merge(*nnx.split(model)).configure(**runtime)
 
 
+@pytest.mark.slow
 def test_scanned_equals_unrolled_and_transformers(tiny_qwen3, tiny_qwen3_model):
     tokens, mask = _batch()
     scanned, _ = tiny_qwen3_model(tokens, mask_bt=mask)
@@ -59,6 +60,7 @@ def _max_rel_diff(g0, g1):
 
 
 @pytest.mark.parametrize("policy", ["full", "dots_saveable"])
+@pytest.mark.slow
 def test_remat_changes_no_gradient(tiny_qwen3_model, policy):
     tokens, mask = _batch(t=24)
     g0 = _loss_grads(tiny_qwen3_model, tokens, mask)
@@ -68,6 +70,7 @@ def test_remat_changes_no_gradient(tiny_qwen3_model, policy):
 
 
 @pytest.mark.parametrize("impl", ["xla", "chunked"])
+@pytest.mark.slow
 def test_attention_kernels_equal_plain(tiny_qwen3_model, impl):
     tokens, mask = _batch()
     plain, _ = tiny_qwen3_model(tokens, mask_bt=mask)
@@ -98,6 +101,7 @@ def test_chunked_attention_bounds_score_memory():
     assert temp_bytes("chunked") < full_scores / 2
 
 
+@pytest.mark.slow
 def test_shared_prefixes_equal_full_sequences(tiny_qwen3_model):
     """heads -> bodies (J per head) -> suffixes, each through the forward with the earlier parts as
     prefixes, equals each full sequence run alone; rotary positions continue after the prefixes."""
@@ -126,6 +130,7 @@ def test_shared_prefixes_equal_full_sequences(tiny_qwen3_model):
             np.testing.assert_allclose(np.asarray(out[2 * i + j]), np.asarray(ref[0, -4:]), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_decode_against_a_prefix_equals_a_plain_cache(tiny_qwen3_model):
     model = tiny_qwen3_model
     tokens, mask = _batch(b=2, t=12, seed=9)
@@ -153,6 +158,7 @@ def test_bad_runtime_options_fail_clearly(tiny_qwen3_model):
         _variant(tiny_qwen3_model, flash=True)
 
 
+@pytest.mark.slow
 def test_mesh_context_is_not_stale(tiny_qwen3):
     """A function jitted outside a mesh and then called inside one (and back) gets the right shardings."""
     from test_sharding import _run_check

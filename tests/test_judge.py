@@ -95,6 +95,7 @@ def test_prefix_shared_equals_full_sequences(judge, tiny_qwen3_model, qwen_token
     np.testing.assert_allclose(unshared.p, res.p, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_unrolled_layers_match_scan(tiny_qwen3_model, qwen_tokenizer, judge):
     res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
     unrolled_model = nnx.merge(*nnx.split(tiny_qwen3_model)).configure(scan_layers=False)  # same arrays
@@ -135,6 +136,7 @@ def test_hard_mode(judge):
     assert hard.metrics["judgments"] == soft.metrics["judgments"]
 
 
+@pytest.mark.slow
 def test_pointwise(judge, tiny_qwen3_model, qwen_tokenizer):
     s, valid = pointwise(tiny_qwen3_model, qwen_tokenizer, PROMPT, RESPONSES, CRITERIA)
     assert s.shape == valid.shape == (3, 2) and valid.all()
@@ -173,6 +175,7 @@ def test_pairings():
     assert num_swiss_rounds(8) == 3 and num_swiss_rounds(16) == 4
 
 
+@pytest.mark.slow
 def test_engine_pairings_and_mask(judge):
     resps = RESPONSES + ["Gulls cried over the rocks at dawn while the fog rolled in."]
     g, c = len(resps), len(CRITERIA)
@@ -203,6 +206,7 @@ def test_cache_hits_avoid_recompute(tiny_qwen3_model, qwen_tokenizer):
     assert len({k("x", "y", "c"), k("y", "x", "c"), k("x", "y", "d")}) == 3
 
 
+@pytest.mark.slow
 def test_truncation_counted(tiny_qwen3_model, qwen_tokenizer):
     j = Judge(tiny_qwen3_model, qwen_tokenizer, max_response_tokens=12)
     res = j.pairwise(PROMPT, RESPONSES, CRITERIA)

@@ -48,17 +48,20 @@ def tiny_llama(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow
 def test_qwen3_tree_equals_full_sequences(tiny_qwen3_model, qwen_tokenizer):
     d_pair, d_point, tree, _ = _tree_vs_full(tiny_qwen3_model, qwen_tokenizer)
     assert d_pair <= 1e-4 and d_point <= 1e-4
     assert np.nanstd(tree.p_first) > 1e-3  # verdicts differ across pairs: the comparison means something
 
 
+@pytest.mark.slow
 def test_llama_tree_equals_full_sequences(tiny_llama, qwen_tokenizer):
     d_pair, d_point, _, _ = _tree_vs_full(load_model(tiny_llama), qwen_tokenizer)
     assert d_pair <= 1e-4 and d_point <= 1e-4
 
 
+@pytest.mark.slow
 def test_bf16_tree_close_to_full_sequences(tiny_qwen3, qwen_tokenizer):
     """bf16 weights and activations: the two layouts round differently (different matmul shapes and
     softmax splits), so the stated bound is 2e-2 on probabilities; in f32 the same check holds to 1e-4."""
@@ -66,6 +69,7 @@ def test_bf16_tree_close_to_full_sequences(tiny_qwen3, qwen_tokenizer):
     assert d_pair <= 2e-2 and d_point <= 2e-2 * 2  # pointwise scores are expectations over 0..2
 
 
+@pytest.mark.slow
 def test_split_over_several_calls_equals_one_call(tiny_qwen3_model, qwen_tokenizer):
     one = Judge(tiny_qwen3_model, qwen_tokenizer, max_shapes=8)
     many = Judge(tiny_qwen3_model, qwen_tokenizer, tokens_per_call=1024, max_shapes=8)  # a few heads per call
@@ -75,6 +79,7 @@ def test_split_over_several_calls_equals_one_call(tiny_qwen3_model, qwen_tokeniz
     np.testing.assert_allclose(b.p_first, a.p_first, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compiled_shapes_stay_within_the_budget(tiny_qwen3_model, qwen_tokenizer):
     judge = Judge(tiny_qwen3_model, qwen_tokenizer, max_shapes=4)
     rng = np.random.RandomState(0)
@@ -87,6 +92,7 @@ def test_compiled_shapes_stay_within_the_budget(tiny_qwen3_model, qwen_tokenizer
     assert 1 < len(tree_shapes) <= 4  # varying lengths did need new shapes, and the budget held
 
 
+@pytest.mark.slow
 def test_judge_reads_current_weights(tiny_qwen3, qwen_tokenizer):
     model = load_model(tiny_qwen3[0])
     judge = Judge(model, qwen_tokenizer)
@@ -112,6 +118,7 @@ def test_no_attention_math_in_the_judge():
     assert not offending, offending
 
 
+@pytest.mark.slow
 def test_judge_on_a_mesh_equals_single_device(tiny_qwen3):
     from test_sharding import _run_check
 

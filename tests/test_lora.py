@@ -23,6 +23,7 @@ def _lora_model(base, cfg=LoRAConfig(rank=4, alpha=8.0), randomize=False):
     return model
 
 
+@pytest.mark.slow
 def test_zero_b_gives_exactly_the_base_logits(tiny_qwen3_model):
     model = _lora_model(tiny_qwen3_model)
     base, _ = tiny_qwen3_model(TOKENS)
@@ -35,6 +36,7 @@ def test_zero_b_gives_exactly_the_base_logits(tiny_qwen3_model):
     assert lora_param_count(model) == cfg.num_layers * per_layer
 
 
+@pytest.mark.slow
 def test_base_model_untouched_and_only_lora_trainable(tiny_qwen3_model):
     model = _lora_model(tiny_qwen3_model, randomize=True)
     assert not lora_modules(tiny_qwen3_model)  # the base keeps its plain projections
@@ -43,6 +45,7 @@ def test_base_model_untouched_and_only_lora_trainable(tiny_qwen3_model):
     assert not any(isinstance(v, nnx.LoRAParam) for v in jax.tree.leaves(rest, is_leaf=lambda x: isinstance(x, nnx.Variable)))
 
 
+@pytest.mark.slow
 def test_merged_weights_give_the_adapters_logits_and_unmerge_restores(tiny_qwen3_model):
     model = _lora_model(tiny_qwen3_model, randomize=True)
     with_adapters, _ = model(TOKENS)
@@ -65,6 +68,7 @@ def test_merged_weights_give_the_adapters_logits_and_unmerge_restores(tiny_qwen3
     np.testing.assert_allclose(np.asarray(off), np.asarray(base), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_dropout_only_when_switched_on(tiny_qwen3_model):
     model = _lora_model(tiny_qwen3_model, LoRAConfig(rank=4, alpha=8.0, dropout=0.5), randomize=True)
     plain1, _ = model(TOKENS)
@@ -81,6 +85,7 @@ def test_dropout_only_when_switched_on(tiny_qwen3_model):
     np.testing.assert_array_equal(np.asarray(off), np.asarray(plain1))
 
 
+@pytest.mark.slow
 def test_toggling_adapters_between_calls_of_a_jitted_function(tiny_qwen3_model):
     """The switch is part of the module graph: a function jitted once retraces after a toggle."""
     model = _lora_model(tiny_qwen3_model, randomize=True)
@@ -100,6 +105,7 @@ def test_toggling_adapters_between_calls_of_a_jitted_function(tiny_qwen3_model):
     np.testing.assert_array_equal(off2, off)
 
 
+@pytest.mark.slow
 def test_adapters_are_stacked_per_layer(tiny_qwen3_model):
     model = _lora_model(tiny_qwen3_model)
     cfg = tiny_qwen3_model.cfg

@@ -198,6 +198,7 @@ def test_on_policy_ratio_one(agg):
 # ----------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("agg", AGGS)
 @pytest.mark.parametrize("splits", [(3,), (1, 4)])
+@pytest.mark.slow
 def test_microbatch_accumulation(agg, splits):
     logp, old, ref, adv, mask = make_batch(5, b=7, t=6, spread=0.6)
     mask = (np.arange(6)[None, :] < np.array([6, 1, 3, 0, 5, 2, 4])[:, None]).astype(np.float32)
@@ -314,6 +315,7 @@ def _lp_inputs(b=2, t=13, d=8, v=50, seed=0):
     return hidden, unembed, targets
 
 
+@pytest.mark.slow
 def test_token_logprobs_vs_numpy():
     hidden, unembed, targets = _lp_inputs()
     logits = np.asarray(hidden, np.float64) @ np.asarray(unembed, np.float64)
@@ -330,6 +332,7 @@ def test_token_logprobs_vs_numpy():
 
 
 @pytest.mark.parametrize("chunk,temp", [(4, 1.0), (5, 0.7), (13, 1.0), (64, 1.0)])
+@pytest.mark.slow
 def test_chunked_matches_unchunked(chunk, temp):
     hidden, unembed, targets = _lp_inputs()
     w1, w2 = jax.random.normal(jax.random.PRNGKey(1), (2,) + targets.shape)

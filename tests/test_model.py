@@ -57,6 +57,7 @@ def test_llama3_rope_scaling_parity(tmp_path):
     assert not np.allclose(rope_inv_freq(model.cfg), rope_inv_freq(model.cfg.replace(rope_scaling=None)))
 
 
+@pytest.mark.slow
 def test_bf16_params_close_to_f32(tiny_qwen3):
     d, _ = tiny_qwen3
     m32, m16 = load_model(d), load_model(d, dtype=jnp.bfloat16)
@@ -147,6 +148,7 @@ def _llamacpp_permute(w, n_head):
 
 
 @pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"])
+@pytest.mark.slow
 def test_gguf_loader_matches_dequantised_reference(tmp_path, qtype):
     """A tiny Llama written as GGUF (llama.cpp naming and q/k permutation) loads to the same logits as
     transformers running the same dequantised weights."""
@@ -206,6 +208,7 @@ def test_gguf_loader_matches_dequantised_reference(tmp_path, qtype):
     assert np.abs(np.asarray(ours) - ref)[mask].max() <= 1e-4
 
 
+@pytest.mark.slow
 def test_cached_chunks_equal_full_forward(tiny_qwen3_model):
     """Prefill, multi-token chunk and single-token decode against the cache reproduce the full pass."""
     model = tiny_qwen3_model
@@ -221,6 +224,7 @@ def test_cached_chunks_equal_full_forward(tiny_qwen3_model):
     assert int(cache.index) == 24 and cache.lengths().tolist() == mask.sum(1).tolist()
 
 
+@pytest.mark.slow
 def test_chunk_tree_mask_scores_suffixes_as_if_alone(tiny_qwen3_model):
     """Two suffixes packed in one chunk after a cached prefix, each blind to the other, give the same
     logits as [prefix + suffix] run separately from scratch."""

@@ -5,12 +5,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from rubric_jax import PRESETS, init_model
 from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.rewards import advantages
 from rubric_jax.rl.losses import LossConfig
-from rubric_jax.rl.policy import NonFiniteError, Policy, PolicyConfig, make_optimizer
+from rubric_jax.rl.policy import NonFiniteError, Policy, PolicyConfig, RolloutBatch, make_optimizer
 from rubric_jax.rl.trainer import rollout_batch
 from rubric_jax.sampling import sample
 
@@ -40,6 +41,28 @@ def _rollouts(policy, seed, g=8):
     return out, r, adv
 
 
+def test_policy_trains_only_the_adapters_and_splits_batches_by_rows():
+    """On abstract models (nothing compiled): a model without adapters is refused; the adapters are the only
+    trainable state; micro-batches are consecutive row slices of every per-row field."""
+    opt = make_optimizer(1e-3, warmup_steps=0, total_steps=10)
+    with pytest.raises(ValueError, match="apply_lora"):
+        Policy(nnx.eval_shape(lambda: init_model(CFG, seed=0)), opt, LossConfig())
+    model = nnx.eval_shape(lambda: apply_lora(init_model(CFG, seed=0), LoRAConfig(rank=8, alpha=16.0)))
+    policy = Policy(model, opt, LossConfig(), PolicyConfig(micro_batch_size=2))
+    names = {p[-1] for p, _ in nnx.to_flat_state(policy.lora)}
+    assert names == {"lora_a", "lora_b"}
+    assert not any(p[-1].startswith("lora") for p, _ in nnx.to_flat_state(policy.base))
+    n, t = 5, 6
+    batch = RolloutBatch(np.arange(n * t).reshape(n, t), np.ones((n, t), bool), 2, np.ones((n, t - 2), bool),
+                         np.arange(n, dtype=np.float32), old_logp_bt=np.zeros((n, t - 2)))
+    parts = list(policy._micro(batch))
+    assert [p.size for p in parts] == [2, 2, 1]
+    np.testing.assert_array_equal(np.concatenate([p.tokens_bt for p in parts]), batch.tokens_bt)
+    np.testing.assert_array_equal(np.concatenate([p.adv_b for p in parts]), batch.adv_b)
+    assert parts[2].ref_logp_bt is None and parts[2].old_logp_bt.shape == (1, t - 2)
+
+
+@pytest.mark.slow
 def test_mean_reward_rises_on_a_verifiable_toy_task():
     """Reward = share of even token ids in the completion; 20 seeded CPU steps."""
     policy = _policy(micro_batch_size=24)
@@ -52,6 +75,7 @@ def test_mean_reward_rises_on_a_verifiable_toy_task():
     assert np.mean(rewards[-3:]) > 0.9
 
 
+@pytest.mark.slow
 def test_micro_batches_give_the_same_gradient_as_one_batch():
     """Summed numerator gradients over the total denominator equal the full-batch gradient (seq_mean: the
     aggregation most sensitive to getting accumulation wrong)."""
@@ -71,6 +95,7 @@ def test_micro_batches_give_the_same_gradient_as_one_batch():
     assert la == pytest.approx(lb, abs=1e-7)
 
 
+@pytest.mark.slow
 def test_several_iterations_exercise_the_clip():
     policy = _policy(lr=5e-2, num_iterations=3, micro_batch_size=24)
     out, _, adv = _rollouts(policy, 1)
@@ -80,6 +105,7 @@ def test_several_iterations_exercise_the_clip():
     assert metrics["clip_frac"] > 0
 
 
+@pytest.mark.slow
 def test_non_finite_updates_are_skipped_then_stop_the_run():
     policy = _policy(max_bad_steps=2, micro_batch_size=24)
     out, _, adv = _rollouts(policy, 2)
@@ -93,6 +119,7 @@ def test_non_finite_updates_are_skipped_then_stop_the_run():
         policy.update(bad, jax.random.key(1))
 
 
+@pytest.mark.slow
 def test_reference_logprobs_ignore_adapters():
     policy = _policy(micro_batch_size=24)
     out, _, adv = _rollouts(policy, 3)

@@ -513,6 +513,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 def test_all_cases_jit_and_vmap_over_prompts():
     xs = _batched_inputs()
     batched = jax.jit(lambda x: {name: jax.vmap(fn)(x) for name, fn in CASES.items()})(xs)

@@ -152,6 +152,7 @@ def _policy(loss):
     return policy
 
 
+@pytest.mark.slow
 def test_trimmed_update_equals_the_untrimmed_one():
     """Trimming the completion columns to the ladder rung (and padding the prompt wider) changes neither the
     log-probs, the loss, its gradient nor the update; dr_grpo keeps dividing by the configured

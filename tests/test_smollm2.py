@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from conftest import torch_logits
 from rubric_jax import generate
@@ -11,6 +12,7 @@ TEXT = ("The old lighthouse keeper climbed the stairs every evening, counting ea
         "taught him, and at the top he wiped the salt from the glass before lighting the lamp.")
 
 
+@pytest.mark.slow
 def test_logits_match_transformers_gguf(smollm2, smollm2_tokenizer, hf_smollm2):
     ids = smollm2_tokenizer.encode(TEXT)
     assert len(ids) > 30
@@ -19,6 +21,7 @@ def test_logits_match_transformers_gguf(smollm2, smollm2_tokenizer, hf_smollm2):
     assert np.abs(np.asarray(ours) - ref).max() <= 1e-3
 
 
+@pytest.mark.slow
 def test_greedy_continuation_matches_transformers(smollm2, smollm2_tokenizer, hf_smollm2):
     import torch
 
@@ -30,6 +33,7 @@ def test_greedy_continuation_matches_transformers(smollm2, smollm2_tokenizer, hf
     assert out.tokens[0].tolist() == ref
 
 
+@pytest.mark.slow
 def test_chat_answer_mentions_paris(smollm2, smollm2_tokenizer):
     text = generate(smollm2, smollm2_tokenizer, ["What is the capital of France?"], max_new_tokens=24,
                     temperature=0.0)[0]

@@ -325,15 +325,22 @@ def _self_times(ops: list[DeviceOp]) -> None:
         op.self_ps = max(0, op.self_ps)
 
 
+def _stat_metadata(entries) -> dict:
+    """One XPlane stat_metadata map entry list: {stat id: stat name}."""
+    out = {}
+    for kf, kv in _fields(entries):
+        if kf == 2:
+            d = dict(_fields(kv))
+            out[d.get(1, 0)] = _str(d.get(2, b""))
+    return out
+
+
 def _read_metadata_plane(plane_fields, data: TraceData) -> None:
     """/host:metadata: one event metadata per compiled program, with stats "Hlo Proto" and "program_id"."""
     stat_names, event_mds = {}, []
     for f, v in plane_fields:
         if f == 5:
-            for kf, kv in _fields(v):
-                if kf == 2:
-                    d = dict(_fields(kv))
-                    stat_names[d.get(1, 0)] = _str(d.get(2, b""))
+            stat_names.update(_stat_metadata(v))
         elif f == 4:
             for kf, kv in _fields(v):
                 if kf == 2:
@@ -377,10 +384,7 @@ def read_xplane(path: str, events: bool = True) -> TraceData:
         stat_names, event_names, event_stats = {}, {}, {}
         for pf, v in plane_fields:
             if pf == 5:
-                for kf, kv in _fields(v):
-                    if kf == 2:
-                        d = dict(_fields(kv))
-                        stat_names[d.get(1, 0)] = _str(d.get(2, b""))
+                stat_names.update(_stat_metadata(v))
             elif pf == 4:
                 for kf, kv in _fields(v):
                     if kf == 2:

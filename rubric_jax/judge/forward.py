@@ -11,7 +11,7 @@ Layout of one scoring call (shape letters B, T, D, V; plus Hn heads, J units per
 
   1. heads  = model(heads)                                       -> a shared prefix of Hn rows
   2. bodies = model(bodies, prefixes=(heads,))                   -> a prefix of Hn*J rows (J per head)
-  3. lanes  = model(lanes, prefixes=(heads, bodies), chunk_mask_btt=tree mask)
+  3. lanes  = model(lanes, prefixes=(heads, bodies), chunk_mask_btt=tree mask), one row per lane
 Lane tokens see their head, their body and their own suffix causally, never another suffix. Rotary
 positions continue from the head for the body and restart after the body for every suffix, so each
 suffix is scored exactly as if it followed [head, body] alone. Only the hidden states at the reads
@@ -59,11 +59,13 @@ def tree_score(model, head_tokens_ht, head_mask_ht, body_tokens_hjt, body_valid_
                           prefixes=(heads,), return_hidden=True, return_kv=True)
         bodies = bodies.as_prefix()
     with jax.named_scope("judge/lanes"):
+        # One row per lane (Hn*J*Lc rows of L tokens): attention within a lane is (L, L), not (Lc*L)^2.
         hlen = head_mask_ht.sum(-1).astype(jnp.int32)  # (Hn,)
         blen = body_valid_hjt.sum(-1).astype(jnp.int32)  # (Hn, J)
         pos = (hlen[:, None] + blen)[:, :, None, None] + lane_relpos_hjcq  # every suffix restarts after its body
-        seg = lane_seg_hjcq.reshape(hn * j, lc * ln)
-        x, _ = model(lane_tokens_hjcq.reshape(hn * j, lc * ln), pos.reshape(hn * j, lc * ln), mask_bt=seg > 0,
+        rows = hn * j * lc
+        seg = lane_seg_hjcq.reshape(rows, ln)
+        x, _ = model(lane_tokens_hjcq.reshape(rows, ln), pos.reshape(rows, ln), mask_bt=seg > 0,
                      prefixes=(heads, bodies), chunk_mask_btt=lane_tree_mask(seg, ln), return_hidden=True)
     with jax.named_scope("judge/readout"):
         hid = jnp.take_along_axis(x.reshape(hn, j, lc * ln, -1), read_hjr[..., None], axis=2)  # (Hn, J, R, D)

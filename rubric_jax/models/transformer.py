@@ -176,7 +176,7 @@ def apply_rope(x_btnh, positions_bt, inv_freq):
 # ---------------------------------------------------------------------------------------------
 # Attention arithmetic: the only copy in the project.
 
-def _attend_parts(q_btkgh, parts):
+def _attend_parts(parts):
     """One softmax over several key blocks. parts: (scores_bkgts, v_bksh, mask broadcastable to scores).
 
     Running max and sum across the blocks: the result equals softmax over their concatenation."""
@@ -224,7 +224,7 @@ def attention(q_btnh, k_bksh, v_bksh, mask_bts, prefixes=(), cached=None, *, imp
         sc = jnp.einsum("pkqh,pksh->pkqs", qp, pk.astype(q.dtype), preferred_element_type=f32) * scale
         sc = sc.reshape(p, kh, r, g, t, -1).transpose(0, 2, 1, 3, 4, 5).reshape(b, kh, g, t, -1)
         parts.append((sc, pv, jnp.repeat(pvalid, r, axis=0)[:, None, None, None]))
-    exps, inv = _attend_parts(q, parts)
+    exps, inv = _attend_parts(parts)
     out = None
     for (_, vv, _), e in zip(parts, exps):
         pr = (e * inv).astype(vv.dtype)

@@ -1,4 +1,5 @@
-"""Prompt data: JSONL schema errors, bundled sets, and the grain pipeline (shuffle, repeat, state, shards)."""
+"""Prompt data: JSONL schema errors, bundled sets, and the grain pipeline (shuffle, repeat, state, shards of
+the global batch)."""
 
 import json
 
@@ -184,33 +185,94 @@ def test_state_rejected_by_a_different_pipeline():
         it.set_state({"next_index": 3})
 
 
-def test_shards_are_disjoint_and_cover_everything():
+@pytest.mark.parametrize("count", [2, 4])
+def test_shards_are_contiguous_slices_of_the_global_batch(count):
+    recs, global_batch, steps = _records(23), 8, 7  # 7 steps of 8 = 56 records: two epoch boundaries
+    whole = PromptDataset(recs, global_batch, seed=5).iterator()
+    expected = [_ids(next(whole)) for _ in range(steps)]
+    shards = [PromptDataset(recs, global_batch, seed=5, shard_index=i, shard_count=count) for i in range(count)]
+    its = [ds.iterator() for ds in shards]
+    b = global_batch // count
+    assert [ds.batch_size for ds in shards] == [b] * count
+    assert [ds.global_offset for ds in shards] == [i * b for i in range(count)]
+    for step in range(steps):
+        parts = [_ids(next(it)) for it in its]
+        assert all(len(p) == b for p in parts)
+        assert sum(parts, []) == expected[step], step
+        for ds, part in zip(shards, parts):  # random access agrees; the global view is the same on every shard
+            assert _ids(ds.dataset[step]) == part
+            assert _ids(ds.global_dataset[step]) == expected[step]
+            assert part == expected[step][ds.global_offset:ds.global_offset + b]
+    # every shard reports the same position, epoch and state
+    assert {it.step for it in its} == {steps} and {it.epoch for it in its} == {whole.epoch} == {2}
+    assert all(it.get_state() == whole.get_state() for it in its)
+
+
+def test_state_moves_between_shard_counts():
     recs = _records(23)
-    count, global_batch = 4, 8
-    per_shard = []
-    for i in range(count):
-        ds = PromptDataset(recs, global_batch, seed=5, shard_index=i, shard_count=count)
-        assert ds.batch_size == 2
-        it = ds.iterator()
-        # One full epoch of this shard (shard sizes differ by at most one; take enough batches and dedupe).
-        seen = []
-        while len(set(seen)) < ds.shard_size:
-            seen += _ids(next(it))
-        assert set(seen) == {r.id for r in ds.shard_records()}
-        per_shard.append(set(seen))
-    for a in range(count):
-        for b in range(a + 1, count):
-            assert not per_shard[a] & per_shard[b]
-    assert set().union(*per_shard) == {r.id for r in recs}
+    one = PromptDataset(recs, 8, seed=7).iterator()
+    for _ in range(2):
+        next(one)
+    state = json.loads(json.dumps(one.get_state()))
+    assert not any(k.startswith("shard") for k in state)
+    expected = [_ids(next(one)) for _ in range(4)]  # crosses the epoch boundary at record 23
+
+    halves = [PromptDataset(recs, 8, seed=7, shard_index=i, shard_count=2).iterator() for i in range(2)]
+    for it in halves:
+        it.set_state(state)
+        assert it.step == 2
+    got = [_ids(next(halves[0])) + _ids(next(halves[1])) for _ in range(4)]
+    assert got == expected
+
+    # and back: a two-shard state restores on one shard and on four
+    state2 = json.loads(json.dumps(halves[1].get_state()))
+    expected = [_ids(next(halves[0])) + _ids(next(halves[1])) for _ in range(3)]
+    back = PromptDataset(recs, 8, seed=7).iterator()
+    back.set_state(state2)
+    assert [_ids(next(back)) for _ in range(3)] == expected
+    quarters = [PromptDataset(recs, 8, seed=7, shard_index=i, shard_count=4).iterator() for i in range(4)]
+    for it in quarters:
+        it.set_state(state2)
+    assert [sum((_ids(next(it)) for it in quarters), []) for _ in range(3)] == expected
+
+    # the settings that define the global stream are still checked
+    with pytest.raises(DataError, match="prompts_per_step"):
+        PromptDataset(recs, 4, seed=7, shard_index=1, shard_count=2).iterator().set_state(state)
+
+
+def test_version1_single_shard_state_restores():
+    recs = _records(23)
+    it = PromptDataset(recs, 4, seed=7).iterator()
+    for _ in range(3):
+        next(it)
+    state = it.get_state()
+    v1 = {k: v for k, v in state.items() if k != "prompts_per_step"}
+    v1.update(version=1, batch_size=4, shard_index=0, shard_count=1)  # what the old pipeline saved
+    expected = [_ids(next(it)) for _ in range(3)]
+    fresh = PromptDataset(recs, 4, seed=7).iterator()
+    fresh.set_state(v1)
+    assert [_ids(next(fresh)) for _ in range(3)] == expected
+    # an old multi-shard state walked a different stream: refused
+    with pytest.raises(DataError, match="does not match"):
+        PromptDataset(recs, 4, seed=7).iterator().set_state({**v1, "batch_size": 2, "shard_count": 2})
 
 
 def test_bad_pipeline_arguments():
     with pytest.raises(ValueError, match="multiple of shard_count"):
         PromptDataset(_records(10), 6, shard_index=0, shard_count=4)
+    with pytest.raises(ValueError, match="multiple of shard_count"):
+        PromptDataset(_records(10), 2, shard_index=1, shard_count=4)  # fewer prompts than shards
+    with pytest.raises(ValueError, match="multiple of shard_count"):
+        PromptDataset(_records(10), 0)
     with pytest.raises(ValueError, match="shard_index"):
         PromptDataset(_records(10), 4, shard_index=4, shard_count=4)
+    with pytest.raises(ValueError, match="shard_index"):
+        PromptDataset(_records(10), 4, shard_index=0, shard_count=0)
     with pytest.raises(DataError, match="no records"):
         PromptDataset([], 4)
+    # fewer records than shards is fine now: every shard reads the same global stream
+    parts = [next(PromptDataset(_records(1), 2, shard_index=i, shard_count=2).iterator()) for i in range(2)]
+    assert [_ids(p) for p in parts] == [["r0"], ["r0"]]
 
 
 def test_bundled_set_through_pipeline():

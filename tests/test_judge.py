@@ -188,6 +188,62 @@ def test_engine_pairings_and_mask(judge):
         np.testing.assert_allclose(res.win_rates, np.asarray(win_rates(res.p, res.mask)), atol=1e-6)
 
 
+FOCAL = RESPONSES + ["Gulls cried over the rocks at dawn while the fog rolled in.",
+                     "He trimmed the wick and wrote the weather in his log.",
+                     "The light turned all night; nobody came."]
+OTHERS = [("Describe a market at noon.", ["Stalls of fruit and shouting.", "It was busy.", "Fish, bread, noise.",
+                                          "The sun beat on the awnings over the melon sellers."]),
+          ("Write a line about rain.", ["Rain fell.", "The gutters sang all night.", "Grey, then silver, then grey.",
+                                        "Rain again.", "The street shone under the lamps.",
+                                        "Drops ticked on the tin roof.", "It poured.", "Clouds wept softly."])]
+
+
+@pytest.mark.slow
+def test_swiss_pairings_do_not_depend_on_the_batch(tiny_qwen3_model, qwen_tokenizer):
+    # No cache: the batch's verdicts are recomputed in other packings, not served from the lone calls.
+    j = Judge(tiny_qwen3_model, qwen_tokenizer, cache_entries=0)
+    crit = CRITERIA[:1]
+    prompts = [OTHERS[0][0], PROMPT, OTHERS[1][0]]
+    groups = [OTHERS[0][1], FOCAL, OTHERS[1][1]]
+    batch = j.pairwise_batch(prompts, groups, crit, pairing="swiss", seed=3, group_ids=[10, 11, 12])
+    alone = j.pairwise(PROMPT, FOCAL, crit, pairing="swiss", seed=3, group_id=11)
+    pair = j.pairwise_batch([PROMPT, OTHERS[1][0]], [FOCAL, OTHERS[1][1]], crit, pairing="swiss", seed=3,
+                            group_ids=[11, 12])
+    g = len(FOCAL)
+    assert alone.mask.sum() == 2 * (g // 2) * num_swiss_rounds(g)
+    for other in (batch[1], pair[0]):
+        np.testing.assert_array_equal(other.mask, alone.mask)
+        np.testing.assert_allclose(other.p, alone.p, atol=1e-5)
+        np.testing.assert_allclose(other.win_rates, alone.win_rates, atol=1e-5)
+    np.testing.assert_array_equal(pair[1].mask, batch[2].mask)  # the last group too, at another position
+    # the group id is what matters: other ids (or seeds) draw other pairings for the same group (not every
+    # one: after round 1 the standings steer the pairing, so some draws coincide)
+    masks = lambda seed, ids: [j.pairwise(PROMPT, FOCAL, crit, pairing="swiss", seed=seed, group_id=i).mask
+                               for i in ids]  # noqa: E731
+    assert any(not np.array_equal(m, alone.mask) for m in masks(3, (12, 13, 14)))
+    assert any(not np.array_equal(m, alone.mask) for m in masks(4, (11,)) + masks(5, (11,)))
+    # default group ids are the positions in the call
+    default = j.pairwise_batch([OTHERS[0][0], PROMPT], [OTHERS[0][1], FOCAL], crit, pairing="swiss", seed=3)
+    np.testing.assert_array_equal(
+        default[1].mask, j.pairwise(PROMPT, FOCAL, crit, pairing="swiss", seed=3, group_id=1).mask)
+    with pytest.raises(ValueError, match="group_ids"):
+        j.pairwise_batch(prompts, groups, crit, pairing="swiss", group_ids=[1, 2])
+
+
+@pytest.mark.slow
+def test_generated_text_does_not_depend_on_packing(tiny_qwen3_model, qwen_tokenizer):
+    # Real sampling (no top-k): each judged sequence draws with a key from its own tokens.
+    kw = dict(mode="generate", gen_max_new_tokens=6, gen_temperature=1.0, gen_top_k=0)
+    packed = Judge(tiny_qwen3_model, qwen_tokenizer, **kw)
+    single = Judge(tiny_qwen3_model, qwen_tokenizer, gen_batch=1, **kw)
+    seqs = [tuple(qwen_tokenizer.encode(r)) for r in RESPONSES]  # similar lengths: one padded length
+    together = packed._run_generate(seqs)
+    assert single._run_generate(seqs) == together
+    assert packed._run_generate(seqs[::-1]) == together[::-1]
+    assert packed._run_generate(seqs[1:2]) == together[1:2]
+    assert len(set(together)) > 1
+
+
 def test_cache_hits_avoid_recompute(tiny_qwen3_model, qwen_tokenizer):
     j = Judge(tiny_qwen3_model, qwen_tokenizer)
     first = j.pairwise(PROMPT, RESPONSES, CRITERIA)

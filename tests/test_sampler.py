@@ -1,5 +1,5 @@
 """Sampler: logit filters on hand-made logits, EOS handling, determinism, cache vs recompute, prompts as a
-shared prefix vs a repeated cache."""
+shared prefix vs a repeated cache, per-prompt randomness that does not depend on the rest of the batch."""
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +8,7 @@ import pytest
 
 from rubric_jax.models.transformer import KVCache
 from rubric_jax.sampling import filter_logits, left_pad, prefill, sample, sample_from_logits
+from rubric_jax.sampling.sampler import prompt_keys_for
 from rubric_jax.sampling.filters import logprob_and_entropy, min_p_filter, top_k_filter, top_p_filter
 
 LOGITS = np.log(np.array([[0.5, 0.25, 0.15, 0.07, 0.03]], np.float32))
@@ -57,6 +58,35 @@ def test_sampling_frequencies_respect_filters():
     np.testing.assert_allclose(counts, np.array([0.5, 0.25, 0, 0, 0]) / 0.75, atol=0.03)
     greedy = sample_from_logits(jax.random.key(1), jnp.asarray(LOGITS[:, ::-1]), temperature=0.0)
     assert int(greedy[0]) == 4
+
+
+def test_per_row_keys_draw_each_row_alone():
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(6, 40)).astype(np.float32) * 3)
+    keys = jax.random.split(jax.random.key(4), 6)
+    for kw in (dict(), dict(top_k=10, top_p=0.9), dict(top_p=0.8, min_p=0.05), dict(temperature=0.5, top_k=5)):
+        together = np.asarray(sample_from_logits(keys, logits, **kw))
+        alone = [int(sample_from_logits(keys[b:b + 1], logits[b:b + 1], **kw)[0]) for b in range(6)]
+        assert together.tolist() == alone, kw
+        # reordering the rows (and their keys) reorders the draws
+        perm = np.array([3, 0, 5, 1, 4, 2])
+        assert np.asarray(sample_from_logits(keys[perm], logits[perm], **kw)).tolist() == together[perm].tolist()
+        raw = np.asarray(sample_from_logits(jax.random.key_data(keys), logits, **kw))  # raw uint32 keys work too
+        assert raw.tolist() == together.tolist()
+    with pytest.raises(ValueError, match="expected 6 keys"):
+        sample_from_logits(keys[:5], logits)
+
+
+@pytest.mark.slow
+def test_per_row_keys_frequencies_respect_filters():
+    n = 4000
+    keys = jax.random.split(jax.random.key(0), n)
+    rows = jnp.asarray(np.repeat(LOGITS, n, 0))
+    counts = np.bincount(np.asarray(sample_from_logits(keys, rows, top_k=3)), minlength=5) / n
+    assert counts[3] == 0 and counts[4] == 0
+    np.testing.assert_allclose(counts[:3], np.array([0.5, 0.25, 0.15]) / 0.9, atol=0.03)
+    counts = np.bincount(np.asarray(sample_from_logits(keys, rows, top_p=0.7)), minlength=5) / n
+    np.testing.assert_allclose(counts, np.array([0.5, 0.25, 0, 0, 0]) / 0.75, atol=0.03)
 
 
 def test_logprob_and_entropy_by_hand():
@@ -149,3 +179,44 @@ def test_prefix_sampler_equals_repeated_cache_sampler(tiny_qwen3_model):
                  pad_id=0, seed=0)
     assert out.tokens.shape == (len(PROMPTS) * 4, 6)
     assert len({tuple(r) for r in out.tokens[:4]}) > 1
+
+
+OTHER = [11, 12, 13, 14, 15, 16]  # another prompt, to pair with PROMPTS[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("filters", [dict(), dict(top_k=50, top_p=0.9, min_p=0.01)])
+def test_a_prompts_samples_do_not_depend_on_the_batch(tiny_qwen3_model, filters):
+    g = 3
+    kw = dict(max_new_tokens=8, num_samples=g, temperature=1.0, eos_ids=(-1,), pad_id=0, prompt_length=16, **filters)
+    keys = jax.random.split(jax.random.key(5), len(PROMPTS))  # one key per prompt, e.g. by global index
+    together = sample(tiny_qwen3_model, PROMPTS, prompt_keys=keys, **kw)
+    rows_b = slice(g, 2 * g)
+    alone = sample(tiny_qwen3_model, [PROMPTS[1]], prompt_keys=keys[1:2], **kw)
+    np.testing.assert_array_equal(alone.tokens, together.tokens[rows_b])
+    np.testing.assert_allclose(alone.logprobs, together.logprobs[rows_b], atol=1e-5)
+    np.testing.assert_allclose(alone.entropy, together.entropy[rows_b], atol=1e-4)
+    # B second behind another prompt with an unrelated key: B's rows unchanged
+    pair = sample(tiny_qwen3_model, [OTHER, PROMPTS[1]], prompt_keys=jnp.stack([jax.random.key(99), keys[1]]), **kw)
+    np.testing.assert_array_equal(pair.tokens[g:], together.tokens[rows_b])
+    # the G samples of a prompt differ from each other, and another key gives other samples
+    assert len({tuple(r) for r in alone.tokens}) > 1
+    other_key = sample(tiny_qwen3_model, [PROMPTS[1]], prompt_keys=keys[0:1], **kw)
+    assert not np.array_equal(other_key.tokens, alone.tokens)
+
+
+@pytest.mark.slow
+def test_seed_gives_prompt_b_the_key_fold_in_b(tiny_qwen3_model):
+    kw = dict(max_new_tokens=6, num_samples=2, temperature=1.0, eos_ids=(-1,), pad_id=0, prompt_length=16)
+    by_seed = sample(tiny_qwen3_model, PROMPTS, seed=7, **kw)
+    again = sample(tiny_qwen3_model, PROMPTS, seed=7, **kw)
+    np.testing.assert_array_equal(by_seed.tokens, again.tokens)
+    np.testing.assert_array_equal(by_seed.logprobs, again.logprobs)
+    by_key = sample(tiny_qwen3_model, PROMPTS, seed=jax.random.key(7), **kw)  # an int seed means key(seed)
+    np.testing.assert_array_equal(by_key.tokens, by_seed.tokens)
+    explicit = sample(tiny_qwen3_model, PROMPTS, prompt_keys=prompt_keys_for(7, 3), **kw)
+    np.testing.assert_array_equal(explicit.tokens, by_seed.tokens)
+    last = sample(tiny_qwen3_model, PROMPTS[2:], prompt_keys=jax.random.fold_in(jax.random.key(7), 2)[None], **kw)
+    np.testing.assert_array_equal(last.tokens, by_seed.tokens[4:])
+    with pytest.raises(ValueError, match="one per prompt"):
+        sample(tiny_qwen3_model, PROMPTS, prompt_keys=prompt_keys_for(7, 2), **kw)

@@ -17,6 +17,14 @@ Work flow of one call (several prompts can be judged together with *_batch):
      or argmax'ed (`rewards.hard_verdicts`); health metrics from `rewards.health`.
 Modes: "logit" (soft), "hard" (argmax), "generate" (rationale then an answer line, parsed; unreadable
 answers are invalid). sharing="none" scores every judgment as one full sequence (benchmark baseline).
+
+Randomness never depends on which other prompts share a call, so a batch split over processes judges
+each group as it would have been judged in one call: Swiss pairings of group q draw from
+np.random.default_rng((seed, group_ids[q])), group_ids being each prompt's global index (default: its
+position), and generate mode samples each judged sequence with a key derived from a hash of its tokens
+(the work item's identity; no per-call seed, like the judgment cache, which serves a verdict whatever
+call computed it). The verdicts themselves are model outputs and can differ in the last bits with the
+padded shapes a batch packs into.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import dataclasses
 import logging
 import math
 import time
+import hashlib
 from typing import Any, Sequence
 
 import jax
@@ -297,6 +306,8 @@ class Judge:
         return results
 
     def _run_generate(self, seqs: list[tuple[int, ...]]) -> list[str]:
+        """Generated text per judged sequence. Each sequence samples with its own key, a hash of its tokens
+        (`_sequence_keys`), so its text does not depend on how the sequences are packed into calls."""
         from rubric_jax.sampling import sample
 
         cfg = self.config
@@ -310,7 +321,7 @@ class Judge:
             out = sample(self.model, padded, max_new_tokens=cfg.gen_max_new_tokens, num_samples=1,
                          temperature=cfg.gen_temperature, top_k=cfg.gen_top_k,
                          eos_ids=(-1,) if cfg.gen_ignore_eos else self.tokenizer.eos_ids,
-                         pad_id=self.tokenizer.pad_id, seed=start,
+                         pad_id=self.tokenizer.pad_id, prompt_keys=_sequence_keys(padded),
                          prompt_length=bucket(max(map(len, chunk)), cfg.len_steps))
             toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
             self.stats.model_calls += 1
@@ -385,16 +396,22 @@ class Judge:
 
     # ---- pairwise ----------------------------------------------------------------------------
     def pairwise(self, prompt: str, responses: Sequence[str], criteria, *, mode: str | None = None,
-                 pairing: str | None = None, seed: int = 0, sharing: str | None = None) -> PairwiseResult:
+                 pairing: str | None = None, seed: int = 0, sharing: str | None = None,
+                 group_id: int = 0) -> PairwiseResult:
+        """One group; `group_id` as in `pairwise_batch` (the same result as that group inside a batch)."""
         return self.pairwise_batch([prompt], [responses], criteria, mode=mode, pairing=pairing, seed=seed,
-                                   sharing=sharing)[0]
+                                   sharing=sharing, group_ids=[group_id])[0]
 
     def pairwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
                        mode: str | None = None, pairing: str | None = None, seed: int = 0,
-                       sharing: str | None = None) -> list[PairwiseResult]:
+                       sharing: str | None = None, group_ids: Sequence[int] | None = None) -> list[PairwiseResult]:
         """Judges several prompts' groups together (one set of device calls per Swiss round).
 
         criteria: a Rubric / list of Criterion shared by all prompts, or one per prompt.
+        seed, group_ids: Swiss pairing draws group q's randomness from np.random.default_rng((seed,
+        group_ids[q])) alone, so a group's pairings do not depend on the other groups in the call. group_ids
+        are non-negative ints, each prompt's global index (e.g. in the step's batch over all processes);
+        default range(len(prompts)). Unused by the static pairings.
         """
         t0 = time.perf_counter()
         mode = self._mode(mode)
@@ -404,6 +421,7 @@ class Judge:
             raise ValueError(f"pairing: unknown {pairing!r}; expected one of {PAIRINGS}")
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
+        group_ids = _group_ids(group_ids, len(prompts))
         per_prompt = self._criteria_per_prompt(criteria, len(prompts))
         gen = mode == "generate"
         label_ids = self.prompts.label_ids
@@ -419,8 +437,8 @@ class Judge:
             sidx = [suffix_of.add(cr) for cr in crits]
             dcs = [criterion_digest(cr) for cr in crits]
             groups.append(dict(g=g, c=c, heads=heads, bodies=bodies, sidx=sidx, d_p=d_p, d_r=d_r, dcs=dcs,
-                               vals=np.full((g, g, c, 3), np.nan, np.float32), mask=np.zeros((g, g), bool)))
-        rng = np.random.default_rng(seed)
+                               vals=np.full((g, g, c, 3), np.nan, np.float32), mask=np.zeros((g, g), bool),
+                               rng=_group_rng(seed, group_ids[q])))
 
         def judge_pairs(pairs_per_group):
             work, where = [], []
@@ -451,7 +469,7 @@ class Judge:
                         round_pairs.append(np.zeros((0, 2), np.int32))
                         continue
                     standing = _standing(gr, mode, self.config.min_verdict_mass)
-                    prs = swiss_round(standing, pl, rng)
+                    prs = swiss_round(standing, pl, gr["rng"])
                     bye = bye_of(prs, gr["g"])
                     if bye is not None:
                         pl[bye, bye] = True
@@ -514,6 +532,8 @@ class Judge:
 
     def pointwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
                         mode: str | None = None, sharing: str | None = None) -> list[PointwiseResult]:
+        """Scores several prompts' groups together. No call-level randomness: logit/hard modes are
+        deterministic and generate mode keys each judged sequence by its tokens (see `_run_generate`)."""
         t0 = time.perf_counter()
         mode = self._mode(mode)
         sharing = sharing or self.config.sharing
@@ -625,6 +645,34 @@ class _SuffixTable:
         if self.kind == "pair":
             return _parse_pair(text, self.labels)
         return _parse_score(text, self.crits[i].max_points)
+
+
+def _group_ids(group_ids, n: int) -> list[int]:
+    if group_ids is None:
+        return list(range(n))
+    ids = [int(i) for i in group_ids]
+    if len(ids) != n:
+        raise ValueError(f"group_ids: expected {n} (one per prompt), got {len(ids)}")
+    if any(i < 0 for i in ids):
+        raise ValueError(f"group_ids must be non-negative, got {ids}")
+    return ids
+
+
+def _group_rng(seed, group_id: int) -> np.random.Generator:
+    """Group `group_id`'s own generator for `seed` (seed=None: fresh entropy, as np.random.default_rng)."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng((int(seed), group_id))
+
+
+def _sequence_keys(seqs: Sequence[Sequence[int]]) -> jax.Array:
+    """One PRNG key per token sequence, from a hash of its tokens: key(0) folded with two 32-bit words."""
+    words = np.zeros((len(seqs), 2), np.uint32)
+    for i, s in enumerate(seqs):
+        h = hashlib.sha256(np.asarray(s, np.int64).tobytes()).digest()
+        words[i] = np.frombuffer(h[:8], np.uint32)
+    fold = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(jax.random.key(0), w[0]), w[1]))
+    return fold(jnp.asarray(words))
 
 
 def _gen_pair_vals(v: float) -> np.ndarray:

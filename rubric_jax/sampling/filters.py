@@ -2,6 +2,9 @@
 
 Order (as in transformers' warpers): temperature, then top-k, then top-p, then min-p. Removed tokens get
 -inf; the most likely token always survives, so a row is never empty.
+
+Filters act on each row alone; `sample_from_logits` draws either with one key for the whole batch or with
+one key per row (then a row's draw depends only on its key and its logits, not on the other rows).
 """
 
 from __future__ import annotations
@@ -61,10 +64,30 @@ def filter_logits(logits_bv, *, temperature=1.0, top_k: int = 0, top_p=1.0, min_
     return min_p_filter(x, min_p)
 
 
+def _is_key_batch(key, rows: int) -> bool:
+    """Whether `key` holds one PRNG key per row: a typed key array of shape (B,) or raw uint32 keys (B, 2)."""
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    shape = key.shape if typed else key.shape[:-1]
+    if len(shape) == 0:
+        return False
+    if shape != (rows,):
+        raise ValueError(f"per-row keys: expected {rows} keys, got key array of shape {key.shape}")
+    return True
+
+
+def _categorical(key, logits_bv):
+    """One categorical draw per row: with one key for the batch, or with row b's key for row b."""
+    if _is_key_batch(key, logits_bv.shape[0]):
+        return jax.vmap(lambda k, row: jax.random.categorical(k, row, axis=-1))(key, logits_bv)
+    return jax.random.categorical(key, logits_bv, axis=-1)
+
+
 def sample_from_logits(key, logits_bv, *, temperature=1.0, top_k: int = 0, top_p=1.0, min_p=0.0,
                        use_top_p: bool = True):
     """Next tokens (B,) int32; temperature 0 means greedy (argmax of the raw logits).
 
+    key: one PRNG key for the whole batch, or one per row (a key array of shape (B,)): then row b's
+    token depends only on key[b] and logits_bv[b].
     With top-k set, top-p and min-p run on the k candidates only: the same distribution as filtering
     the whole vocabulary (ties at the k-th logit aside), without sorting V logits every step.
     """
@@ -74,11 +97,11 @@ def sample_from_logits(key, logits_bv, *, temperature=1.0, top_k: int = 0, top_p
         if use_top_p:
             vals = top_p_filter(vals, top_p)
         vals = min_p_filter(vals, min_p)
-        choice = jax.random.categorical(key, vals, axis=-1)
+        choice = _categorical(key, vals)
         sampled = jnp.take_along_axis(idx, choice[:, None], axis=-1)[:, 0]
     else:
         filtered = filter_logits(logits_bv, temperature=temperature, top_p=top_p, min_p=min_p, use_top_p=use_top_p)
-        sampled = jax.random.categorical(key, filtered, axis=-1)
+        sampled = _categorical(key, filtered)
     greedy = jnp.argmax(logits_bv, axis=-1)
     return jnp.where(jnp.asarray(temperature) > 0, sampled, greedy).astype(jnp.int32)
 

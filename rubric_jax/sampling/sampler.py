@@ -7,6 +7,11 @@ its generated tokens. Decoding runs in a
 `lax.while_loop` that stops when every row has emitted an end-of-sequence id or after max_new_tokens.
 Per token it records the sampled id, its log-probability and the entropy of the sampling distribution
 (temperature-scaled, before top-k/top-p/min-p filtering: the policy that GRPO's ratio refers to).
+
+Randomness is per prompt: prompt b has a key k_b (given as `prompt_keys`, or fold_in(key, b) from `seed`);
+row b*G + g draws its token at decode step t with fold_in(fold_in(k_b, g), t). So a prompt's samples
+depend only on its key, its own logits and G, never on which other prompts share the batch (up to
+floating-point differences in the model's logits from the batch's padded shape).
 """
 
 from __future__ import annotations
@@ -75,12 +80,15 @@ def prefill(model: Transformer, tokens_bt, mask_bt, num_samples: int = 1):
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "num_samples", "top_k", "use_top_p",
                                              "greedy", "eos_ids", "pad_id"))
-def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, min_p, *, max_new_tokens,
+def _sample_jit(graphdef, state, tokens_bt, mask_bt, prompt_keys, temperature, top_p, min_p, *, max_new_tokens,
                 num_samples, top_k, use_top_p, greedy, eos_ids, pad_id):
     model = nnx.merge(graphdef, state)
     with jax.named_scope("sample/prefill"):
         logits, prompts = prefill(model, tokens_bt, mask_bt, num_samples)
     rows = logits.shape[0]
+    # Row b*G + g: fold_in(prompt key b, g) (the order of jnp.repeat in prefill).
+    samples = jnp.arange(num_samples, dtype=jnp.uint32)
+    row_keys = jax.vmap(lambda k: jax.vmap(lambda g: jax.random.fold_in(k, g))(samples))(prompt_keys).reshape(rows)
     # The loop reads per-layer weights, prompt keys and caches: slicing a stacked (L, ...) array
     # inside the loop would copy a layer of weights every step on backends that cannot alias slices.
     layers = model.unstacked_layers()
@@ -97,8 +105,9 @@ def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, mi
         if greedy:  # static: no random draw over the vocabulary at all
             tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         else:
-            tok = sample_from_logits(jax.random.fold_in(key, step), logits, temperature=temperature, top_k=top_k,
-                                     top_p=top_p, min_p=min_p, use_top_p=use_top_p)
+            step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
+            tok = sample_from_logits(step_keys, logits, temperature=temperature, top_k=top_k, top_p=top_p,
+                                     min_p=min_p, use_top_p=use_top_p)
         logp, ent = logprob_and_entropy(logits, tok, temperature)
         tok = jnp.where(done, pad_id, tok)
         toks = toks.at[:, step].set(tok)
@@ -121,20 +130,47 @@ def _sample_jit(graphdef, state, tokens_bt, mask_bt, key, temperature, top_p, mi
     return toks, first_eos.astype(jnp.int32), logps, ents
 
 
+def _as_key(k) -> jax.Array:
+    """A typed PRNG key (array) from a typed key or raw uint32 key data."""
+    k = jnp.asarray(k)
+    return k if jax.dtypes.issubdtype(k.dtype, jax.dtypes.prng_key) else jax.random.wrap_key_data(k)
+
+
+def prompt_keys_for(seed: int | jax.Array, num_prompts: int) -> jax.Array:
+    """The per-prompt keys `sample` uses for `seed`: fold_in(key, b) for prompt b, key = seed if it is a
+    key, else jax.random.key(seed). Shape (num_prompts,)."""
+    key = _as_key(seed) if isinstance(seed, jax.Array) else jax.random.key(seed)
+    if key.shape != ():
+        raise ValueError(f"seed: expected an int or a single PRNG key, got a key array of shape {key.shape}")
+    return jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(num_prompts, dtype=jnp.uint32))
+
+
 def sample(model: Transformer, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, num_samples: int = 1,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-           eos_ids: Sequence[int], pad_id: int, seed: int | jax.Array = 0, prompt_length: int | None = None
-           ) -> SampleOutput:
-    """Samples num_samples continuations of each prompt (token ids, no chat template applied here)."""
+           eos_ids: Sequence[int], pad_id: int, seed: int | jax.Array = 0, prompt_keys: jax.Array | None = None,
+           prompt_length: int | None = None) -> SampleOutput:
+    """Samples num_samples continuations of each prompt (token ids, no chat template applied here).
+
+    Randomness: `prompt_keys`, a key array of shape (B,) (typed, or raw uint32 data of shape (B, 2)), gives
+    prompt b its key; without it, prompt b's key is fold_in(seed's key, b) (`prompt_keys_for`), where
+    `seed` is an int or a single PRNG key. Row b*G + g depends only on prompt b's key, g and the prompt, so
+    a caller that splits a batch over processes gets the same samples by passing keys derived from each
+    prompt's global index.
+    """
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0 or not 0 < top_p <= 1 or not 0 <= min_p <= 1 or top_k < 0:
         raise ValueError(f"bad sampling settings: temperature={temperature} top_k={top_k} top_p={top_p} min_p={min_p}")
     tokens, mask = left_pad(prompt_ids, pad_id, prompt_length)
-    key = seed if isinstance(seed, jax.Array) else jax.random.key(seed)
+    if prompt_keys is None:
+        keys = prompt_keys_for(seed, len(prompt_ids))
+    else:
+        keys = _as_key(prompt_keys)
+        if keys.shape != (len(prompt_ids),):
+            raise ValueError(f"prompt_keys: expected {len(prompt_ids)} keys (one per prompt), got shape {keys.shape}")
     graphdef, state = nnx.split(model)
     toks, lengths, logps, ents = _sample_jit(
-        graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), key, jnp.float32(temperature),
+        graphdef, state, jnp.asarray(tokens), jnp.asarray(mask), keys, jnp.float32(temperature),
         jnp.float32(top_p), jnp.float32(min_p), max_new_tokens=max_new_tokens, num_samples=num_samples,
         top_k=int(top_k), use_top_p=top_p < 1.0, greedy=temperature == 0, eos_ids=tuple(int(e) for e in eos_ids), pad_id=int(pad_id))
     return SampleOutput(tokens=np.asarray(toks), lengths=np.asarray(lengths), logprobs=np.asarray(logps),

@@ -122,10 +122,14 @@ def assign_hf_tensors(cfg: ModelConfig, get: Callable[[str], np.ndarray | jax.Ar
             if tuple(w.shape) != one:
                 raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {one}")
             parts.append(np.asarray(w, dtype=np.float32) if stacked else w)
-        arr = jnp.asarray(np.stack(parts) if stacked else parts[0], dtype=dtype)
         sh = flat_shardings.get(path)
-        if sh is not None:
-            arr = jax.device_put(arr, sh[...] if isinstance(sh, nnx.Variable) else sh)
+        if sh is None:
+            arr = jnp.asarray(np.stack(parts) if stacked else parts[0], dtype=dtype)
+        else:
+            # Placed from the host value: on a mesh that spans several processes, JAX cannot move one
+            # process' device buffer onto the others' devices (each process reads the same file).
+            host = np.asarray(np.stack(parts) if stacked else np.asarray(parts[0]), dtype=dtype)
+            arr = jax.device_put(host, sh[...] if isinstance(sh, nnx.Variable) else sh)
         new_flat.append((path, var.replace(arr)))
     return nnx.merge(graphdef, nnx.from_flat_state(new_flat))
 

@@ -102,11 +102,27 @@ def state_shardings(state: nnx.State, mesh: Mesh, rules=DEFAULT_RULES):
 
 
 def shard_model(model: nnx.Module, mesh: Mesh, rules=DEFAULT_RULES) -> nnx.Module:
-    """Places the model's variables on the mesh by their logical axes (in place; returns the model)."""
+    """Places the model's variables on the mesh by their logical axes (in place; returns the model).
+
+    Variables already placed so are left alone. On a mesh spanning several processes, a variable held
+    by this process alone (e.g. an adapter just initialised, identically on every process) is placed
+    from its host value: JAX cannot move one process' device buffer onto other processes' devices.
+    """
     state = nnx.state(model)
     shardings = state_shardings(state, mesh, rules)
     values = jax.tree.map(lambda v: v.get_value(), state, is_leaf=lambda v: isinstance(v, nnx.Variable))
-    placed = jax.device_put(values, jax.tree.map(lambda s: s, shardings,
-                                                  is_leaf=lambda v: isinstance(v, nnx.Variable)))
+    targets = jax.tree.map(lambda s: s, shardings, is_leaf=lambda v: isinstance(v, nnx.Variable))
+
+    def place(x, target):
+        if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(target, x.ndim):
+            return x
+        if isinstance(x, jax.Array) and x.is_fully_addressable and not target.is_fully_addressable:
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):  # typed keys travel as their key data
+                data = jax.device_put(np.asarray(jax.random.key_data(x)), target)
+                return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+            x = np.asarray(x)
+        return jax.device_put(x, target)
+
+    placed = jax.tree.map(place, values, targets)
     nnx.update(model, placed)
     return model

@@ -171,8 +171,9 @@ class Checkpointer:
         step = int(step)
 
         if target_state is None:
-            state_args = ocp.args.StandardRestore()
-            target = None
+            # Arrays come back on this process' first device, whatever mesh saved them (e.g. a multi-host
+            # run's checkpoint read on a laptop): the saved shardings name devices that may not exist here.
+            state_args = ocp.args.StandardRestore(self._local_target(step))
         else:
             target = _to_storable_target(target_state)
             self._check_target(step, target)
@@ -185,6 +186,28 @@ class Checkpointer:
                 lambda t, x: jax.random.wrap_key_data(x, impl=_key_impl(t)) if _is_typed_key(t) else x,
                 _pure(target_state), state)
         return state, dict(meta or {})
+
+    def _local_target(self, step: int):
+        """The saved structure as single-device ShapeDtypeStructs (non-array leaves as saved); None when
+        the metadata cannot be read (orbax then restores with the saved shardings)."""
+        try:
+            md = self._mgr.item_metadata(step)
+            md = md[_STATE] if isinstance(md, Mapping) else getattr(md, _STATE)
+            md = getattr(md, "tree", md)
+        except Exception:
+            return None
+        if md is None:
+            return None
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+        def leaf(m):
+            shape, dtype = getattr(m, "shape", None), getattr(m, "dtype", None)
+            if shape is None or dtype is None:
+                return m
+            return jax.ShapeDtypeStruct(tuple(shape), dtype, sharding=device)
+
+        is_md = lambda x: hasattr(x, "shape") and hasattr(x, "dtype")
+        return jax.tree.map(leaf, md, is_leaf=is_md)
 
     def _check_target(self, step: int, target) -> None:
         try:

@@ -43,22 +43,31 @@ def foreign_token_rate(prompt: str, token_texts: Sequence[str]) -> float:
     return float(np.mean([bool(scripts(t) - allowed) for t in token_texts]))
 
 
-def completion_metrics(out, prompts: Sequence[str], texts: Sequence[str], tokenizer) -> dict[str, float]:
+def completion_rows(out, prompts: Sequence[str], texts: Sequence[str], tokenizer) -> dict[str, np.ndarray]:
+    """Per-rollout figures behind `completion_metrics` (one entry per row, so processes can pool them)."""
     g = out.num_samples
-    lengths = out.lengths.astype(np.float32)
     cmask = out.completion_mask()
-    ended = np.array([any(t in tokenizer.eos_ids for t in c) for c in out.completions()])
-    foreign = []
+    ended, foreign = [], []
     for i, comp in enumerate(out.completions()):
+        ended.append(any(t in tokenizer.eos_ids for t in comp))
         pieces = [tokenizer.decode([t]) for t in comp if t not in tokenizer.eos_ids]
         foreign.append(foreign_token_rate(prompts[i // g], pieces))
+    return {"length": out.lengths.astype(np.float32), "ended": np.asarray(ended, bool),
+            "foreign": np.asarray(foreign, np.float64), "empty": np.asarray([not t.strip() for t in texts], bool),
+            "entropy_sum": (out.entropy * cmask).sum(axis=1).astype(np.float64),
+            "tokens": cmask.sum(axis=1).astype(np.int64)}
+
+
+def completion_metrics(rows: dict[str, np.ndarray]) -> dict[str, float]:
+    """Lengths, truncation, mean policy entropy per token, foreign-script rate and empty completions."""
+    lengths = rows["length"]
     return {
         "completion_len/mean": float(lengths.mean()), "completion_len/max": float(lengths.max()),
         "completion_len/min": float(lengths.min()),
-        "completion_truncated": float(1.0 - ended.mean()),
-        "policy_entropy": float((out.entropy * cmask).sum() / max(cmask.sum(), 1)),
-        "foreign_script_rate": float(np.mean(foreign)),
-        "empty_completions": float(np.mean([len(t.strip()) == 0 for t in texts])),
+        "completion_truncated": float(1.0 - rows["ended"].mean()),
+        "policy_entropy": float(rows["entropy_sum"].sum() / max(int(rows["tokens"].sum()), 1)),
+        "foreign_script_rate": float(np.mean(rows["foreign"])),
+        "empty_completions": float(np.mean(rows["empty"])),
     }
 
 

@@ -11,6 +11,7 @@ numerator gradients is divided once by the total denominator (docs/method.md, "G
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from typing import Any
@@ -119,8 +120,13 @@ class Policy:
     """Owns the LoRA parameters and optimizer state; computes log-probs and applies GRPO updates."""
 
     def __init__(self, model, optimizer: optax.GradientTransformation, loss_cfg: LossConfig,
-                 cfg: PolicyConfig = PolicyConfig()):
+                 cfg: PolicyConfig = PolicyConfig(), *, place=None, fetch=None):
+        """`place(rows) -> device array` and `fetch(device array) -> rows` move this process' rows of a
+        batch to the devices and back (rubric_jax.rl.hosts.Hosts.rows / local_rows on a multi-host run, where
+        micro_batch_size counts this process' rows); by default, plain transfers to and from one device."""
         self.graphdef, self.lora, self.base = nnx.split(model, nnx.LoRAParam, ...)
+        self.place = place or jnp.asarray
+        self.fetch = fetch or np.asarray
         if not jax.tree.leaves(self.lora):
             raise ValueError("the model has no LoRA parameters: apply_lora first")
         self.optimizer = optimizer
@@ -134,6 +140,13 @@ class Policy:
         """The current policy as a module (shares arrays with this object)."""
         return nnx.merge(self.graphdef, self.lora, self.base)
 
+    def with_arrays(self, lora, base) -> "Policy":
+        """The same policy over other arrays (e.g. this process' view of global ones), with plain
+        transfers: for log-probs of local rows. Optimizer state is shared, not copied."""
+        other = copy.copy(self)
+        other.lora, other.base, other.place, other.fetch = lora, base, jnp.asarray, np.asarray
+        return other
+
     def _micro(self, batch: RolloutBatch):
         mb = self.cfg.micro_batch_size
         for lo in range(0, batch.size, mb):
@@ -143,20 +156,21 @@ class Policy:
         """(B, Tc) log-probs of the completions under the current (or reference) policy."""
         out = []
         for mb in self._micro(batch):
-            lp, _ = _logprobs_jit(self.graphdef, self.lora, self.base, jnp.asarray(mb.tokens_bt),
-                                  jnp.asarray(mb.mask_bt), prompt_len=batch.prompt_len, reference=reference,
+            lp, _ = _logprobs_jit(self.graphdef, self.lora, self.base, self.place(mb.tokens_bt),
+                                  self.place(mb.mask_bt), prompt_len=batch.prompt_len, reference=reference,
                                   temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
-            out.append(np.asarray(lp))
+            out.append(self.fetch(lp))
         return np.concatenate(out, axis=0)
 
     def gradients(self, batch: RolloutBatch, key) -> tuple[Any, LossSums]:
         """Sum of numerator gradients over micro-batches and the summed LossSums (not yet divided)."""
         grad_sum, sums = None, []
         for i, mb in enumerate(self._micro(batch)):
-            g, s = _grad_jit(self.graphdef, self.lora, self.base, jnp.asarray(mb.tokens_bt), jnp.asarray(mb.mask_bt),
-                             jnp.asarray(mb.completion_mask_bt), jnp.asarray(mb.adv_b, jnp.float32),
-                             None if mb.old_logp_bt is None else jnp.asarray(mb.old_logp_bt),
-                             None if mb.ref_logp_bt is None else jnp.asarray(mb.ref_logp_bt),
+            put = self.place
+            g, s = _grad_jit(self.graphdef, self.lora, self.base, put(mb.tokens_bt), put(mb.mask_bt),
+                             put(mb.completion_mask_bt), put(np.asarray(mb.adv_b, np.float32)),
+                             None if mb.old_logp_bt is None else put(mb.old_logp_bt),
+                             None if mb.ref_logp_bt is None else put(mb.ref_logp_bt),
                              jax.random.fold_in(key, i), prompt_len=batch.prompt_len, loss_cfg=self.loss_cfg,
                              temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
             grad_sum = g if grad_sum is None else jax.tree.map(jnp.add, grad_sum, g)

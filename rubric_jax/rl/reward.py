@@ -78,49 +78,59 @@ def step_weights(step: int, num_criteria: int, cfg: RewardConfig, key) -> np.nda
 
 
 def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria: Sequence[Criterion],
-                  weights_c: np.ndarray, cfg: RewardConfig, *, seed: int = 0) -> tuple[np.ndarray, dict[str, Any]]:
-    """(r_bg, metrics): one reward per rollout from the judge over the criteria with weight > 0."""
+                  weights_c: np.ndarray, cfg: RewardConfig, *, seed: int = 0,
+                  group_ids: Sequence[int] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """(r_bg, rows): one reward per rollout from the judge over the criteria with weight > 0.
+
+    rows = {"per_c": (B, G, C) win rate or normalised score per criterion (0 where inactive),
+            "health": one dict of judge figures per group}; `judge_metrics` turns rows (of one process, or
+    merged over all of them) into logged metrics. `group_ids`: each prompt's index in the step's global
+    batch, which seeds the judge's per-group randomness (the same pairings however the batch is split).
+    """
     active = np.flatnonzero(weights_c > 0)
     crit = [criteria[i] for i in active]
     lam = jnp.asarray(weights_c[active])
     b, g = len(prompts), len(responses[0])
     per_c = np.zeros((b, g, len(criteria)), np.float32)
-    metrics: dict[str, Any] = {}
     health = []
+    rows = []
     if cfg.judging == "pairwise":
-        results = judge.pairwise_batch(list(prompts), [list(r) for r in responses], crit, seed=seed)
-        rows = []
+        results = judge.pairwise_batch(list(prompts), [list(r) for r in responses], crit, seed=seed,
+                                       group_ids=group_ids)
         for bi, res in enumerate(results):
             w_gc = jnp.asarray(res.win_rates)
             rows.append(np.asarray(R.pairwise_reward(w_gc, lam)))
             per_c[bi][:, active] = np.asarray(w_gc)
-            health.append(res.metrics)
-        r = np.stack(rows)
-        name = "win_rate"
+            health.append(dict(res.metrics))
     else:
         results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crit)
-        rows = []
         for bi, res in enumerate(results):
             s = jnp.asarray(res.scores)
             rows.append(np.asarray(R.absolute_reward(s, jnp.asarray(res.max_points), lam, jnp.asarray(res.valid))))
             per_c[bi][:, active] = np.asarray(R.normalised_scores(s, jnp.asarray(res.max_points)))
-            health.append(res.metrics)
-        r = np.stack(rows)
-        name = "score"
-    for ci in active:
+            health.append(dict(res.metrics))
+    return np.stack(rows).astype(np.float32), {"per_c": per_c, "health": health}
+
+
+def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c: np.ndarray,
+                  cfg: RewardConfig) -> dict[str, float]:
+    """Per-criterion figures and judge health over the groups in `rows` (see `judge_rewards`)."""
+    per_c, health = rows["per_c"], rows["health"]
+    metrics: dict[str, float] = {}
+    for ci in np.flatnonzero(weights_c > 0):
         # Pairwise win rates average exactly 1/2 in every group, so their spread is what carries signal.
-        if name == "score":
+        if cfg.judging == "absolute":
             metrics[f"score/{criteria[ci].id}"] = float(per_c[:, :, ci].mean())
         else:
             metrics[f"win_rate_spread/{criteria[ci].id}"] = float(np.abs(per_c[:, :, ci] - 0.5).mean())
             metrics[f"win_rate_max/{criteria[ci].id}"] = float(per_c[:, :, ci].max(axis=1).mean())
         metrics[f"weight/{criteria[ci].id}"] = float(weights_c[ci])
-    metrics["active_criteria"] = float(len(active))
+    metrics["active_criteria"] = float(np.count_nonzero(weights_c > 0))
     for k in ("position_bias", "invalid_fraction", "verdict_entropy"):
         vals = [h[k] for h in health if k in h]
         if vals:
             metrics[f"judge/{k}"] = float(np.mean(vals))
-    return r.astype(np.float32), metrics
+    return metrics
 
 
 # ---------------------------------------------------------------------------------------------

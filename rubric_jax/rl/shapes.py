@@ -42,7 +42,7 @@ from rubric_jax.rl.policy import RolloutBatch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ladder", "rung", "ShapePlan", "fit_rollout_batch", "padding_metrics", "JudgePadding",
+__all__ = ["ladder", "rung", "ShapePlan", "fit_rollout_batch", "padding_metrics", "padding_counts", "JudgePadding",
            "configure_compilation_cache", "compilation_cache", "CACHE_SUBDIR"]
 
 RUNGS = 4
@@ -131,21 +131,35 @@ def _frac(real, padded) -> float:
     return float(real) / float(padded) if padded else 1.0
 
 
-def padding_metrics(out, batch: RolloutBatch) -> dict[str, float]:
+def padding_counts(out, batch: RolloutBatch) -> dict[str, np.ndarray]:
+    """(real, total) token counts of the sampler input and update batch, and the widths, each as a (1, 2)
+    array: rows of several processes concatenate, and `padding_metrics` sums them."""
+    cm = batch.completion_mask_bt
+    pair = lambda a, b: np.asarray([[a, b]], np.int64)
+    return {"prompt": pair(np.sum(out.prompt_mask), np.size(out.prompt_mask)),
+            "completion": pair(np.sum(cm), np.size(cm)),
+            "update": pair(np.sum(batch.mask_bt), np.size(batch.mask_bt)),
+            "widths": pair(batch.prompt_len, cm.shape[1])}
+
+
+def padding_metrics(out, batch: RolloutBatch | None = None) -> dict[str, float]:
     """Real / padded token fractions of the step's sampler input and update batch, and the widths used.
 
     pad/prompt_real_frac      real prompt tokens / (prompts x prompt width)        (prefill and update)
     pad/completion_real_frac  real completion tokens / (rollouts x completion width) (update, after trimming)
     pad/update_real_frac      real tokens / all tokens of the update batch
     shape/prompt_width, shape/completion_width
+
+    Called as padding_metrics(out, batch), or padding_metrics(counts) with `padding_counts` rows (pooled).
     """
-    cm = batch.completion_mask_bt
+    counts = out if batch is None else padding_counts(out, batch)
+    total = {k: v.sum(axis=0) for k, v in counts.items()}
     return {
-        "pad/prompt_real_frac": _frac(np.sum(out.prompt_mask), np.size(out.prompt_mask)),
-        "pad/completion_real_frac": _frac(np.sum(cm), np.size(cm)),
-        "pad/update_real_frac": _frac(np.sum(batch.mask_bt), np.size(batch.mask_bt)),
-        "shape/prompt_width": float(batch.prompt_len),
-        "shape/completion_width": float(cm.shape[1]),
+        "pad/prompt_real_frac": _frac(*total["prompt"]),
+        "pad/completion_real_frac": _frac(*total["completion"]),
+        "pad/update_real_frac": _frac(*total["update"]),
+        "shape/prompt_width": float(counts["widths"][0, 0]),
+        "shape/completion_width": float(counts["widths"][0, 1]),
     }
 
 

@@ -11,7 +11,6 @@ rung of a 4-rung ladder, so each jitted program compiles at most 4 times; compil
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -26,18 +25,20 @@ from rubric_jax.data import PromptDataset, load_jsonl
 from rubric_jax.judge import Judge, JudgeConfig
 from rubric_jax.models.loading import load_model
 from rubric_jax.models.lora import LoRAConfig, apply_lora
-from rubric_jax.models.sharding import make_mesh, shard_model, use_mesh
+from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
 from rubric_jax.rl import diagnostics
 from rubric_jax.rl.checkpoint import Checkpointer
+from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
 from rubric_jax.rl.profiling import maybe_profile
-from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_rewards, ordered_criteria, step_weights,
-                                  usefulness_bonuses)
-from rubric_jax.rl.shapes import JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_metrics
+from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_metrics, judge_rewards, ordered_criteria,
+                                  step_weights, usefulness_bonuses)
+from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
+                                  padding_metrics)
 from rubric_jax.rubrics import load_rubric
 from rubric_jax.sampling import sample
 
@@ -59,8 +60,15 @@ class Setup:
     reward_cfg: RewardConfig
     dataset: PromptDataset
     data_iter: Any
-    mesh: Any = None
+    hosts: Hosts
+    base_local: Any  # the frozen base on this process' devices (the judge's and the bonuses' model)
     shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
+
+    def local_policy(self) -> Policy:
+        """The current policy on this process' devices (sampling, usefulness bonus)."""
+        if not self.hosts.multi:
+            return self.policy
+        return self.policy.with_arrays(*self.hosts.local((self.policy.lora, self.policy.base)))
 
 
 def _model_name(config) -> str:
@@ -72,7 +80,10 @@ def _model_name(config) -> str:
 
 
 def parse_mesh(spec: str):
-    """"fsdp:2,tensor:4" -> a device mesh ("" -> None: one device, no sharding annotations)."""
+    """"fsdp:2,tensor:4" -> a device mesh over all devices of all processes ("" -> None: one device, no
+    sharding annotations; with several processes "" means "data:<all devices>")."""
+    if not spec and jax.process_count() > 1:
+        spec = f"data:{jax.device_count()}"
     if not spec:
         return None
     try:
@@ -86,12 +97,13 @@ def parse_mesh(spec: str):
 
 
 def build(config) -> Setup:
-    if jax.process_count() > 1:
-        raise NotImplementedError("multi-host training needs global batch assembly, which is not built yet: run "
-                                  "one process per host with a single-host mesh (config.mesh)")
     name = _model_name(config)
     dtype = jnp.dtype(config.dtype)
     mesh = parse_mesh(config.mesh)
+    hosts = Hosts(mesh)
+    if config.loss.micro_batch_size % hosts.count:
+        raise ValueError(f"loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple of the "
+                         f"{hosts.count} processes (each gives an equal share of every micro-batch)")
     base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
     tokenizer = load_tokenizer(config.tokenizer or name)
     # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only.
@@ -109,9 +121,13 @@ def build(config) -> Setup:
                                weight_decay=config.optim.weight_decay, max_grad_norm=config.optim.max_grad_norm,
                                schedule=config.optim.schedule)
     policy = Policy(policy_model, optimizer, loss_cfg, PolicyConfig(
-        micro_batch_size=config.loss.micro_batch_size, num_iterations=config.loss.num_iterations,
-        temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps))
-    judge = Judge(base, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
+        micro_batch_size=config.loss.micro_batch_size // hosts.count, num_iterations=config.loss.num_iterations,
+        temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps),
+        place=hosts.rows if mesh is not None else None, fetch=hosts.local_rows)
+    # Sampling, judging and bonuses run on this process' devices only (rubric_jax.rl.hosts).
+    base_graph, base_state = nnx.split(base)
+    base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
+    judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
                   max_response_tokens=config.judge.max_response_tokens)
     reward_cfg = RewardConfig(**config.reward.to_dict())
     criteria = ordered_criteria(load_rubric(config.rubric), reward_cfg)
@@ -124,8 +140,9 @@ def build(config) -> Setup:
                              [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records])
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
-    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), mesh,
-                 shapes)
+    hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")
+    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
+                 base_local, shapes)
 
 
 def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
@@ -154,78 +171,118 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     return step
 
 
-def rollout_batch(out, adv_b: np.ndarray, shapes: ShapePlan | None = None, pad_id: int = 0) -> RolloutBatch:
+def rollout_batch(out, adv_b: np.ndarray, shapes: ShapePlan | None = None, pad_id: int = 0,
+                  longest: int | None = None) -> RolloutBatch:
     """The update's batch; with `shapes`, prompt columns at the run's width and completion columns trimmed to
-    the ladder rung of the longest completion (rubric_jax.rl.shapes: the loss is unchanged)."""
+    the ladder rung of the longest completion (rubric_jax.rl.shapes: the loss is unchanged). `longest`: the
+    longest completion over all processes (they must agree on the width), default this batch's."""
     if shapes is None:
         return fit_rollout_batch(out, adv_b)
+    longest = int(np.max(out.lengths, initial=0)) if longest is None else longest
     return fit_rollout_batch(out, adv_b, prompt_width=shapes.prompt_width,
-                             completion_width=shapes.completion_width(int(np.max(out.lengths, initial=0))),
-                             pad_id=pad_id)
+                             completion_width=shapes.completion_width(longest), pad_id=pad_id)
+
+
+def prompt_keys(key, first: int, count: int):
+    """One key per prompt from its index in the step's global batch: a prompt's samples do not depend on
+    which process draws them or what else is in its batch."""
+    return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(first, first + count))
 
 
 def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, float]:
-    cfg, tok, g = setup.config, setup.tokenizer, setup.config.group_size
+    """One step. This process samples, judges and rewards its slice of the prompts on its own devices;
+    the per-row results of all processes are pooled (`hosts.merged`) for advantages and metrics; the
+    update runs on the global batch over the whole mesh."""
+    cfg, tok, g, hosts = setup.config, setup.tokenizer, setup.config.group_size, setup.hosts
     records = next(setup.data_iter)
+    first = setup.dataset.global_offset  # global index of this slice's first prompt in the step's batch
     prompts = [r.prompt for r in records]
-    metrics: dict[str, float] = {}
+    rows: dict[str, Any] = {}  # per-row results of this process, pooled across processes below
 
-    with timer.phase("sample"):
-        encoded = [encode_prompt(tok, r, cfg.max_prompt_len) for r in records]
-        out = sample(setup.policy.model(), [e[0] for e in encoded], max_new_tokens=cfg.max_completion_len,
-                     num_samples=g, temperature=cfg.sampling.temperature, top_k=cfg.sampling.top_k,
-                     top_p=cfg.sampling.top_p, min_p=cfg.sampling.min_p, eos_ids=tok.eos_ids, pad_id=tok.pad_id,
-                     seed=jax.random.fold_in(key, 0),
-                     prompt_length=None if setup.shapes is None else setup.shapes.prompt_width)
-        batch = rollout_batch(out, np.zeros(out.tokens.shape[0], np.float32), setup.shapes, tok.pad_id)
-        metrics.update(padding_metrics(out, batch))
-        completions = out.completions()
-        texts = [tok.decode(c) for c in completions]
-        responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
+    with hosts.local_context():
+        with timer.phase("sample"):
+            encoded = [encode_prompt(tok, r, cfg.max_prompt_len) for r in records]
+            out = sample(setup.local_policy().model(), [e[0] for e in encoded],
+                         max_new_tokens=cfg.max_completion_len, num_samples=g,
+                         temperature=cfg.sampling.temperature, top_k=cfg.sampling.top_k, top_p=cfg.sampling.top_p,
+                         min_p=cfg.sampling.min_p, eos_ids=tok.eos_ids, pad_id=tok.pad_id,
+                         prompt_keys=prompt_keys(jax.random.fold_in(key, 0), first, len(records)),
+                         prompt_length=None if setup.shapes is None else setup.shapes.prompt_width)
+            # every process trims its completions to the same width: the update's arrays are global
+            longest = hosts.max(int(np.max(out.lengths, initial=0)))
+            batch = rollout_batch(out, np.zeros(out.tokens.shape[0], np.float32), setup.shapes, tok.pad_id,
+                                  longest=longest)
+            completions = out.completions()
+            texts = [tok.decode(c) for c in completions]
+            responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
 
-    with timer.phase("judge"):
-        weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
-        with JudgePadding(setup.judge) as judge_pad:
-            r_bg, rmetrics = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights,
-                                           setup.reward_cfg, seed=step)
-        metrics.update(rmetrics)
-        metrics.update(judge_pad.metrics())
+        with timer.phase("judge"):
+            weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
+            with JudgePadding(setup.judge) as judge_pad:
+                r_bg, rows["judge"] = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights,
+                                                    setup.reward_cfg, seed=step,
+                                                    group_ids=range(first, first + len(records)))
 
-    with timer.phase("reward"):
-        metrics["reward/judge_mean"] = float(r_bg.mean())
-        r_bg = _add_bonuses(setup, r_bg, batch, records, encoded, completions, key, metrics)
-        adv = np.asarray(advantages(jnp.asarray(r_bg), kind=cfg.loss.advantage)).reshape(-1)
+        with timer.phase("reward"):
+            rows["judge_reward"] = r_bg
+            r_bg = _add_bonuses(setup, r_bg, batch, records, encoded, completions, key, rows)
+            rows["reward"] = r_bg
+            rows["completion"] = diagnostics.completion_rows(out, prompts, texts, tok)
+            rows["padding"] = padding_counts(out, batch)
+            rows["truncated"] = np.asarray([e[1] for e in encoded], bool)
 
-    with timer.phase("update"):
+    with timer.phase("pool"):  # also where processes wait for the slowest one
+        pooled = hosts.merged(rows)
+        # Advantages from the global batch (a group never spans processes, but a batch-level
+        # normalisation would): every process computes all of them and keeps its own rows.
+        adv_all = np.asarray(advantages(jnp.asarray(pooled["reward"]), kind=cfg.loss.advantage))
+        adv = adv_all[first:first + len(records)].reshape(-1)
+
+    with timer.phase("update"), hosts.global_context():
         umetrics = setup.policy.update(dataclasses.replace(batch, adv_b=adv.astype(np.float32)),
                                        jax.random.fold_in(key, 2))
+    return step_metrics(setup, pooled, adv_all, weights, umetrics, judge_pad.metrics())
 
+
+def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weights: np.ndarray,
+                 umetrics: dict[str, float], judge_time: dict[str, float]) -> dict[str, float]:
+    """Every logged figure of a step, from the rows pooled over all processes (the same on each)."""
+    r_bg = pooled["reward"]
+    metrics: dict[str, float] = {**padding_metrics(pooled["padding"]), **judge_time}
+    metrics.update(judge_metrics(pooled["judge"], setup.criteria, weights, setup.reward_cfg))
+    metrics["reward/judge_mean"] = float(pooled["judge_reward"].mean())
+    for name in ("exploration", "usefulness"):
+        if f"bonus_{name}" in pooled:
+            metrics[f"bonus/{name}"] = float(pooled[f"bonus_{name}"].mean())
     metrics.update(umetrics)
     metrics.update({
         "reward/mean": float(r_bg.mean()), "reward/std": float(r_bg.std(axis=1).mean()),
         "reward/zero_spread_groups": float(np.asarray(zero_spread_mask(jnp.asarray(r_bg))).mean()),
-        "adv/abs_mean": float(np.abs(adv).mean()), "adv/max": float(adv.max()), "adv/min": float(adv.min()),
-        "prompt_truncated": float(np.mean([e[1] for e in encoded])),
+        "adv/abs_mean": float(np.abs(adv_all).mean()), "adv/max": float(adv_all.max()),
+        "adv/min": float(adv_all.min()),
+        "prompt_truncated": float(np.mean(pooled["truncated"])),
     })
-    metrics.update(diagnostics.completion_metrics(out, prompts, texts, tok))
+    metrics.update(diagnostics.completion_metrics(pooled["completion"]))
     return metrics
 
 
 def _add_bonuses(setup: Setup, r_bg, batch: RolloutBatch, records, encoded, completions, key,
-                 metrics) -> np.ndarray:
+                 rows: dict[str, Any]) -> np.ndarray:
+    """Adds the standardised bonuses (RcRL appendix B) to this process' rewards; raw bonuses go to `rows`."""
     rc, g = setup.reward_cfg, setup.config.group_size
     if rc.exploration_coef:
-        bonus = exploration_bonuses(setup.base, batch.tokens_bt, batch.mask_bt, batch.prompt_len, g, rc,
+        bonus = exploration_bonuses(setup.base_local, batch.tokens_bt, batch.mask_bt, batch.prompt_len, g, rc,
                                     jax.random.fold_in(key, 3))
-        metrics["bonus/exploration"] = float(bonus.mean())
+        rows["bonus_exploration"] = bonus
         r_bg = r_bg + rc.exploration_coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
     if rc.usefulness_coef:
+        policy = setup.local_policy()
         groups = [completions[b * g:(b + 1) * g] for b in range(len(encoded))]
-        bonus = usefulness_bonuses(lambda ctx, tgt: diagnostics.mean_nll(setup.policy, ctx, tgt, setup.tokenizer),
+        bonus = usefulness_bonuses(lambda ctx, tgt: diagnostics.mean_nll(policy, ctx, tgt, setup.tokenizer),
                                    [e[0] for e in encoded], groups,
                                    lambda b, y: diagnostics.example_context(setup.tokenizer, records[b],
                                                                             setup.tokenizer.decode(y)))
-        metrics["bonus/usefulness"] = float(bonus.mean())
+        rows["bonus_usefulness"] = bonus
         r_bg = r_bg + rc.usefulness_coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
     return r_bg
 
@@ -243,8 +300,11 @@ def _train(config, workdir: str) -> list[dict]:
     setup = build(config)
     ckpt = Checkpointer(workdir, max_to_keep=config.checkpoint.keep, save_interval_steps=1)
     start = _restore(setup, ckpt)
-    writer = MetricsWriter(workdir, tensorboard=config.tensorboard, resume_step=start)
-    if start == 0:
+    writer = MetricsWriter(workdir, tensorboard=config.tensorboard, resume_step=start)  # process 0 only
+    hosts = setup.hosts
+    # Two processes on one host would write the same trace file names: the others trace under process_<i>/.
+    trace_dir = workdir if hosts.index == 0 else os.path.join(workdir, f"process_{hosts.index}")
+    if start == 0 and hosts.index == 0:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2))
     progress = ConsoleProgress(config.steps, keys=("reward/mean", "reward/std", "loss", "kl", "entropy",
@@ -258,8 +318,7 @@ def _train(config, workdir: str) -> list[dict]:
         for step in range(start, config.steps):
             snapshot = _snapshot(setup)
             timer = PhaseTimer()
-            with (maybe_profile(step, config.profile_steps, workdir, python=config.profile_python),
-                  _mesh_context(setup.mesh)):
+            with maybe_profile(step, config.profile_steps, trace_dir, python=config.profile_python):
                 metrics = train_step(setup, step, jax.random.fold_in(base_key, step), timer)
             done = step + 1
             if done % config.checkpoint.every == 0 or done == config.steps:
@@ -275,7 +334,12 @@ def _train(config, workdir: str) -> list[dict]:
             history.append({"step": step, **metrics})
     except BaseException:
         # The interrupted step never finished: keep the state from before it (nothing lost on a crash).
-        if step > saved:
+        # With several processes a save is collective and the others may not be here: rely on the
+        # periodic checkpoints (checkpoint.every) instead of hanging.
+        if step > saved and hosts.multi:
+            log.warning("process %d interrupted in step %d: not saving (multi-process runs resume from the "
+                        "last periodic checkpoint, step %d)", hosts.index, step, saved)
+        elif step > saved:
             log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
             lora, opt_state, data_state = snapshot
             ckpt.save(step, {"lora": lora, "opt_state": opt_state}, _meta(setup, step, data_state), force=True)
@@ -286,10 +350,6 @@ def _train(config, workdir: str) -> list[dict]:
         ckpt.close()
         writer.close()
     return history
-
-
-def _mesh_context(mesh):
-    return use_mesh(mesh) if mesh is not None else contextlib.nullcontext()
 
 
 def _snapshot(setup: Setup):

@@ -120,6 +120,21 @@ class Hosts:
 
         return jax.tree.map(one, tree)
 
+    def on_mesh(self, tree):
+        """Leaves not yet placed on the global mesh (e.g. optimizer counters made on one device), replicated
+        over it from their host values; leaves already on the mesh are left alone. A checkpoint restored
+        into the result comes back on the mesh too (orbax follows the target's shardings)."""
+        if self.mesh is None:
+            return tree
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+
+        def one(x):
+            if not isinstance(x, jax.Array) or getattr(x.sharding, "mesh", None) == self.mesh:
+                return x
+            return jax.device_put(np.asarray(x), replicated)
+
+        return jax.tree.map(one, tree)
+
     def rows_sharding(self, global_rows: int) -> NamedSharding | None:
         """How a batch of `global_rows` rows is laid out for the update: over the mesh's batch axes."""
         if self.mesh is None:

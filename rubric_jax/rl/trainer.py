@@ -124,6 +124,7 @@ def build(config) -> Setup:
         micro_batch_size=config.loss.micro_batch_size // hosts.count, num_iterations=config.loss.num_iterations,
         temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps),
         place=hosts.rows if mesh is not None else None, fetch=hosts.local_rows)
+    policy.opt_state = hosts.on_mesh(policy.opt_state)  # AdamW's step counter is made on one device
     # Sampling, judging and bonuses run on this process' devices only (rubric_jax.rl.hosts).
     base_graph, base_state = nnx.split(base)
     base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base

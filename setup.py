@@ -6,8 +6,8 @@ setup(
     version="0.1.0",
     description="Rubric-rewarded RL (RcRL, RARE, RLMR) for open-ended generation in JAX/Flax NNX",
     python_requires=">=3.11",
-    packages=find_packages(include=["rubric_jax", "rubric_jax.*"]),
-    package_data={"rubric_jax": ["data/*.jsonl", "rubrics/builtin/*.json"]},
+    packages=find_packages(include=["rubric_jax", "rubric_jax.*", "evals", "evals.*"]),
+    package_data={"rubric_jax": ["data/*.jsonl", "rubrics/builtin/*.json"], "evals": ["data/*.jsonl"]},
     install_requires=[
         "jax>=0.6",
         "flax>=0.11",
@@ -23,10 +23,15 @@ setup(
         "ml_collections",
         "absl-py",
         "tensorboardX",
+        "tqdm",  # progress bars of long loops (evaluation, judging)
+        "httpx",  # rubric_jax.openai_client: the OpenAI-compatible client (remote judges, criterion writers)
+        "fastapi",  # rubric_jax.serve: OpenAI-compatible server on the sampler
+        "uvicorn",
+        "matplotlib",  # evals reports and training curves
     ],
     extras_require={
         # torch is only the reference implementation in tests; 2.13.0 is the CPU wheel on disk.
-        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate", "peft"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate", "peft", "openai"],
         "bench": ["trl", "peft"],
     },
 )

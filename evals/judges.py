@@ -1,0 +1,210 @@
+"""Pairwise judges for evaluation: in-process (rubric_jax's Judge engine) or remote (OpenAI-compatible API).
+
+Both give, for one prompt and a list of answers, P(first wins) for each requested ordered pair (i, j) (answer i
+shown first as "A", answer j second as "B") and criterion. Verdicts are cached on disk, keyed by (judge
+fingerprint, prompt, both answers, criterion, order), so a rerun judges nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from evals.generate import DiskCache, _digest
+from rubric_jax.rubrics.types import Criterion
+
+log = logging.getLogger(__name__)
+
+# The default single overall judgment.
+OVERALL = Criterion(
+    id="overall",
+    name="Overall quality",
+    check=("Taking everything into account, which response is the better piece of writing for this task: it does "
+           "what the task asks, reads fluently and coherently, and is vivid, original and well crafted."),
+)
+
+
+def parse_criteria(spec: str) -> list[Criterion]:
+    """"overall" (one judgment) or "rubric:NAME_OR_PATH" (one judgment per criterion of that rubric)."""
+    spec = (spec or "overall").strip()
+    if spec == "overall":
+        return [OVERALL]
+    if spec.startswith("rubric:"):
+        from rubric_jax.rubrics import load_rubric
+
+        return list(load_rubric(spec[len("rubric:"):]).criteria)
+    raise ValueError(f"--criteria: expected 'overall' or 'rubric:NAME', got {spec!r}")
+
+
+def _criterion_key(c: Criterion) -> str:
+    return _digest(c.id, c.name, c.check)
+
+
+class _CachedJudge:
+    fingerprint: str
+    name: str
+
+    def __init__(self, cache_dir: str):
+        self.cache = DiskCache(cache_dir, "verdicts")
+
+    def _key(self, prompt, first, second, crit) -> str:
+        return _digest("verdict-v1", self.fingerprint, prompt, first, second, _criterion_key(crit), "A-then-B")
+
+    def p_first(self, prompt: str, answers: Sequence[str], pairs: Sequence[tuple[int, int]],
+                criteria: Sequence[Criterion]) -> np.ndarray:
+        """(len(pairs), C) P(answer i wins | i shown first, j second), for each ordered pair (i, j)."""
+        out = np.full((len(pairs), len(criteria)), np.nan)
+        keys = {}
+        for k, (i, j) in enumerate(pairs):
+            for c, cr in enumerate(criteria):
+                key = self._key(prompt, answers[i], answers[j], cr)
+                keys[k, c] = key
+                hit = self.cache.get(key)
+                if hit is not None:
+                    out[k, c] = hit["p_first"]
+        todo = sorted({pairs[k] for (k, c), _ in keys.items() if np.isnan(out[k, c])})
+        if todo:
+            got = self._judge(prompt, answers, todo, criteria)
+            for k, (i, j) in enumerate(pairs):
+                for c, cr in enumerate(criteria):
+                    if np.isnan(out[k, c]):
+                        out[k, c] = got[(i, j)][c]
+                        self.cache.put(keys[k, c], {"p_first": float(out[k, c])})
+        return out
+
+    def _judge(self, prompt, answers, pairs, criteria) -> dict[tuple[int, int], list[float]]:
+        raise NotImplementedError
+
+
+class LocalJudge(_CachedJudge):
+    """A model judged in-process through rubric_jax.judge.Judge (logit mode: softmax over the two labels)."""
+
+    def __init__(self, spec: str, cache_dir: str, *, max_response_tokens: int = 512):
+        super().__init__(cache_dir)
+        from evals.models import LoadedMember, classify
+
+        member = classify(spec)  # any loadable spec; a trained model judges through its merged weights
+        if member.shuffled:
+            raise ValueError(f"--judge: {spec!r}: a shuffled model cannot judge")
+        self.member = LoadedMember(member, cache_dir)
+        self.name = spec
+        self.fingerprint = _digest("local-judge-v1", self.member.fingerprint, max_response_tokens)
+        self.max_response_tokens = max_response_tokens
+        self._judge_obj = None
+
+    @property
+    def judge(self):
+        if self._judge_obj is None:
+            from rubric_jax.judge.engine import Judge, JudgeConfig
+
+            self._judge_obj = Judge(self.member.model, self.member.tokenizer, JudgeConfig(mode="logit"),
+                                    model_id=self.member.fingerprint, max_response_tokens=self.max_response_tokens)
+        return self._judge_obj
+
+    def _judge(self, prompt, answers, pairs, criteria):
+        # The engine judges every pair of the group in both orders, sharing each first answer's prefix.
+        # Only answers that appear in `pairs` are sent.
+        used = sorted({i for p in pairs for i in p})
+        pos = {a: k for k, a in enumerate(used)}
+        res = self.judge.pairwise_batch([prompt], [[answers[i] for i in used]], list(criteria), mode="logit",
+                                        pairing="all")[0]
+        pf, valid = res.p_first, res.valid
+        out = {}
+        for i, j in pairs:
+            a, b = pos[i], pos[j]
+            vals = []
+            for c in range(len(criteria)):
+                if valid[a, b, c]:
+                    vals.append(float(pf[a, b, c]))
+                elif valid[b, a, c]:
+                    vals.append(1.0 - float(pf[b, a, c]))  # what the other order implies
+                else:
+                    vals.append(0.5)
+            out[(i, j)] = vals
+        return out
+
+
+# ---- remote -------------------------------------------------------------------------------------------
+
+REMOTE_SYSTEM = "You are an impartial judge of writing. You compare two responses to a task and say which is better."
+REMOTE_USER = ("### Task\n{prompt}\n\n### Response A\n{a}\n\n### Response B\n{b}\n\n### Criterion\n{name}: {check}\n\n"
+               "Which response better satisfies the criterion? Reply with the single letter A or B only.")
+
+
+def p_from_completion(text: str, top_logprobs) -> float | None:
+    """P(A) from the first answer token's top log-probabilities (A/B mass renormalised); else from the text;
+    None when neither can be read."""
+    if top_logprobs:
+        for pos in top_logprobs[:3]:  # the letter may follow a leading space/markup token
+            la = lb = -math.inf
+            for tok, lp in (pos or {}).items():
+                t = tok.strip().strip("*\"'().:").upper()
+                if t == "A":
+                    la = np.logaddexp(la, lp)
+                elif t == "B":
+                    lb = np.logaddexp(lb, lp)
+            if la > -math.inf or lb > -math.inf:
+                m = max(la, lb)
+                ea, eb = math.exp(la - m), math.exp(lb - m)
+                return ea / (ea + eb)
+    t = (text or "").strip()
+    m = re.search(r"(?:answer|verdict|better response)\s*[:=\-]?\s*\**\s*(?:response\s*)?([AB])\b", t, re.I)
+    if m:
+        return 1.0 if m.group(1).upper() == "A" else 0.0
+    m = re.match(r"^[\W_]*(?:response\s+)?([AB])\b", t, re.I)
+    if m:
+        return 1.0 if m.group(1).upper() == "A" else 0.0
+    return None
+
+
+class RemoteJudge(_CachedJudge):
+    """A judge served over an OpenAI-compatible chat API ("openai:MODEL@BASE_URL")."""
+
+    def __init__(self, spec: str, cache_dir: str, *, max_chars: int = 6000):
+        super().__init__(cache_dir)
+        from rubric_jax.openai_client import ChatClient
+
+        self.client = ChatClient.from_spec(spec, cache_dir=os.path.join(cache_dir, "chat"))
+        self.name = spec
+        self.max_chars = max_chars
+        # No weights to hash: the served model is identified by its name and URL.
+        self.fingerprint = _digest("remote-judge-v1", spec, REMOTE_SYSTEM, REMOTE_USER, max_chars)
+
+    def _judge(self, prompt, answers, pairs, criteria):
+        reqs, where = [], []
+        cut = lambda s: s[: self.max_chars]
+        for i, j in pairs:
+            for c, cr in enumerate(criteria):
+                user = REMOTE_USER.format(prompt=cut(prompt), a=cut(answers[i]), b=cut(answers[j]), name=cr.name,
+                                          check=cr.check)
+                reqs.append(dict(messages=[{"role": "system", "content": REMOTE_SYSTEM},
+                                           {"role": "user", "content": user}],
+                                 max_tokens=4, temperature=0.0, top_logprobs=20))
+                where.append(((i, j), c))
+        comps = self.client.chat_many(reqs, desc="judge")
+        out = {p: [0.5] * len(criteria) for p in pairs}
+        raw = {}
+        for (pair, c), comp in zip(where, comps):
+            raw[pair, c] = p_from_completion(comp.text, comp.top_logprobs)
+        for (i, j), c in list(raw):
+            v = raw[(i, j), c]
+            if v is None:  # unreadable: what the other order implies, else a tie
+                w = raw.get(((j, i), c))
+                v = 0.5 if w is None else 1.0 - w
+                log.warning("remote judge: unreadable verdict for a pair; using %.2f", v)
+            out[(i, j)][c] = float(v)
+        return out
+
+
+def make_judge(spec: str, cache_dir: str, **kw) -> _CachedJudge:
+    spec = spec.strip()
+    if not spec:
+        raise ValueError("--judge: empty judge spec")
+    if spec.startswith("openai:"):
+        return RemoteJudge(spec, cache_dir)
+    return LocalJudge(spec, cache_dir, **kw)

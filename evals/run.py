@@ -1,0 +1,64 @@
+"""Command line: python -m evals.run --suite=pairwise_elo --models=base=smollm2-135m-instruct,trained=/tmp/run
+   --judge=smollm2-135m-instruct --out=DIR [--prompts=N] [--max_new_tokens=..] [--seed=..]
+   [--criteria=overall|rubric:creative_writing] [--judges=a,b] [--bootstrap=1000]
+
+--models: comma-separated name=spec; spec = embedded name | HF dir | .gguf | PEFT adapter dir | training workdir,
+several joined with '+' pooled as one contestant, or shuffled:<spec> (words shuffled, a known-worse contestant).
+--judge / --judges: model path or embedded name (in-process) or openai:MODEL@BASE_URL (remote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m evals.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default="pairwise_elo")
+    p.add_argument("--models", required=True, help="name=spec,name=spec (see above)")
+    p.add_argument("--base", default="", help="base model of PEFT adapters that do not name one")
+    p.add_argument("--judge", default="", help="one judge")
+    p.add_argument("--judges", default="", help="several judges, comma-separated (overrides --judge)")
+    p.add_argument("--criteria", default="overall", help="overall | rubric:NAME_OR_PATH")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--data", default="", help="prompts JSONL (default: evals/data/creative_writing_eval.jsonl)")
+    p.add_argument("--prompts", type=int, default=0, help="first N prompts (0 = all)")
+    p.add_argument("--max_new_tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top_k", type=int, default=20)
+    p.add_argument("--top_p", type=float, default=0.8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch_size", type=int, default=8, help="prompts per sampler call")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the intervals (0: none)")
+    p.add_argument("--cache_dir", default=os.environ.get("RUBRIC_JAX_EVAL_CACHE", "~/.cache/rubric_jax/evals"),
+                   help="answers, verdicts and file hashes are cached here")
+    p.add_argument("--title", default="")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from evals.models import ModelSpecError
+    from evals.suites import get_suite
+
+    if args.prompts < 0 or args.max_new_tokens < 1 or args.bootstrap < 0 or args.batch_size < 1:
+        print("error: --prompts >= 0, --max_new_tokens >= 1, --bootstrap >= 0, --batch_size >= 1", file=sys.stderr)
+        return 2
+    try:
+        suite = get_suite(args.suite)
+        suite(args)
+    except (ModelSpecError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""The project's one OpenAI-compatible chat-completions client (async, httpx).
+
+Used by everything that talks to a chat model over HTTP (evaluation harnesses, the RARE criterion
+writer): OpenAI itself, vLLM / llama.cpp servers, or our own `python -m rubric_jax.serve`.
+
+    client = ChatClient.from_spec("openai:gpt-4o-mini@https://api.openai.com/v1", cache_dir="/tmp/cache")
+    outs = client.chat_many([{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 32}] * 10)
+    outs[0].text, outs[0].finish_reason, outs[0].cached
+
+- **Concurrency**: `chat_many` runs its requests concurrently on one connection pool, at most
+  `concurrency` in flight (an asyncio semaphore), returns the results in the order given, and shows a tqdm
+  progress bar with an ETA. `achat` is the single-request coroutine (its own semaphore per event loop).
+- **Retries**: HTTP 429, 5xx, timeouts and connection errors are retried up to `max_retries` times with
+  exponential backoff `backoff_s * 2**attempt` plus up to 25% random jitter; a `Retry-After` header (seconds
+  or an HTTP date) replaces the computed delay (capped at 120 s). Any other 4xx raises `ChatError` at once
+  with the status and the server's own error message. When retries run out, `ChatError` says why.
+- **API key**: read at each request from the environment variable named by `api_key_env` (default
+  OPENAI_API_KEY) and sent only as the `Authorization: Bearer` header; absent is fine (local servers). It is
+  never stored on the client, never written to the cache, and is redacted from every error message; the
+  client's repr names only the variable.
+- **Cache** (`cache_dir`): one JSON file per request, named by the sha256 of (base_url, model, messages,
+  max_tokens, temperature, seed, top_logprobs) — never the key. A hit returns the stored completion with
+  `cached=True` and makes no HTTP request. Files are written atomically (temporary file + rename), so
+  concurrent writers and interrupted runs never leave a torn file; an unreadable file counts as a miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import email.utils
+import hashlib
+import json
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+import weakref
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # 408/409: OpenAI documents them as retryable
+MAX_RETRY_AFTER_S = 120.0
+
+
+@dataclasses.dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    top_logprobs: list[dict[str, float]] | None  # per generated token: {token string: logprob} (when requested)
+    cached: bool = False
+
+
+class ChatError(RuntimeError):
+    """A request failed for good: a non-retryable 4xx, or retries exhausted. Never contains the API key."""
+
+    def __init__(self, message: str, status_code: int | None = None, attempts: int = 1):
+        super().__init__(message)
+        self.status_code = status_code
+        self.attempts = attempts
+
+
+def _retry_after(headers) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            secs = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(secs, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _server_message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+        err = body.get("error", body) if isinstance(body, dict) else body
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or err)
+        return str(err)
+    except ValueError:
+        return resp.text[:500]
+
+
+def parse_completion(body: dict) -> Completion:
+    try:
+        choice = body["choices"][0]
+    except (KeyError, IndexError, TypeError) as e:
+        raise ChatError(f"malformed chat completion response (no choices): {str(body)[:300]}") from e
+    msg = choice.get("message") or {}
+    top = None
+    lp = choice.get("logprobs")
+    if lp and lp.get("content") is not None:
+        top = [{t["token"]: float(t["logprob"]) for t in (c.get("top_logprobs") or [])} for c in lp["content"]]
+    return Completion(text=msg.get("content") or "", finish_reason=choice.get("finish_reason"), top_logprobs=top)
+
+
+class ChatClient:
+    def __init__(self, base_url: str, model: str, *, api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8,
+                 max_retries: int = 5, timeout_s: float = 60.0, backoff_s: float = 1.0, cache_dir: str | None = None):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.timeout_s = timeout_s
+        self.backoff_s = backoff_s
+        self.cache_dir = cache_dir
+        if cache_dir:
+            os.makedirs(cache_dir, exist_ok=True)
+        self._semaphores: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]" = \
+            weakref.WeakKeyDictionary()
+        self._http: httpx.AsyncClient | None = None  # set while chat_many runs (one pool for all its requests)
+        self.http_requests = 0  # HTTP attempts made (retries included), for tests and logs
+
+    @classmethod
+    def from_spec(cls, spec: str, **kw) -> "ChatClient":
+        """"openai:MODEL@BASE_URL", e.g. "openai:gpt-4o-mini@https://api.openai.com/v1"."""
+        provider, sep, rest = spec.partition(":")
+        model, at, base_url = rest.partition("@")
+        if provider != "openai" or not sep or not at or not model or not base_url:
+            raise ValueError(f"chat client spec must look like 'openai:MODEL@BASE_URL', got {spec!r}")
+        return cls(base_url, model, **kw)
+
+    def __repr__(self) -> str:
+        return (f"ChatClient(base_url={self.base_url!r}, model={self.model!r}, api_key_env={self.api_key_env!r}, "
+                f"concurrency={self.concurrency}, cache_dir={self.cache_dir!r})")
+
+    # ---- cache ---------------------------------------------------------------------------------------------------
+    def cache_key(self, messages, max_tokens, temperature, seed, top_logprobs) -> str:
+        blob = json.dumps([self.base_url, self.model, messages, max_tokens, temperature, seed, top_logprobs],
+                          sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _cache_path(self, key: str) -> str:
+        return os.path.join(self.cache_dir, f"{key}.json")
+
+    def _cache_get(self, key: str) -> Completion | None:
+        if not self.cache_dir:
+            return None
+        try:
+            with open(self._cache_path(key)) as f:
+                d = json.load(f)["completion"]
+            return Completion(text=d["text"], finish_reason=d["finish_reason"], top_logprobs=d["top_logprobs"],
+                              cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _cache_put(self, key: str, request: dict, completion: Completion) -> None:
+        if not self.cache_dir:
+            return
+        record = {"request": request, "completion": dataclasses.asdict(completion) | {"cached": False}}
+        fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=f".{key[:16]}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(record, f, ensure_ascii=False)
+            os.replace(tmp, self._cache_path(key))
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    # ---- requests ------------------------------------------------------------------------------------------------
+    def _semaphore(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        sem = self._semaphores.get(loop)
+        if sem is None:
+            sem = self._semaphores[loop] = asyncio.Semaphore(self.concurrency)
+        return sem
+
+    def _redact(self, text: str) -> str:
+        key = os.environ.get(self.api_key_env)
+        return text.replace(key, "***") if key else text
+
+    async def achat(self, messages: list[dict], *, max_tokens: int, temperature: float = 0.0, seed: int | None = None,
+                    top_logprobs: int = 0) -> Completion:
+        key = self.cache_key(messages, max_tokens, temperature, seed, top_logprobs)
+        hit = self._cache_get(key)
+        if hit is not None:
+            return hit
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": temperature}
+        if seed is not None:
+            body["seed"] = seed
+        if top_logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = top_logprobs
+        async with self._semaphore():
+            if self._http is not None:
+                completion = await self._post(self._http, body)
+            else:
+                async with httpx.AsyncClient(timeout=self.timeout_s) as http:
+                    completion = await self._post(http, body)
+        self._cache_put(key, {k: v for k, v in body.items()} | {"base_url": self.base_url}, completion)
+        return completion
+
+    async def _post(self, http: httpx.AsyncClient, body: dict) -> Completion:
+        url = f"{self.base_url}/chat/completions"
+        headers = {"Content-Type": "application/json"}
+        api_key = os.environ.get(self.api_key_env)
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            retry_after = None
+            self.http_requests += 1
+            try:
+                resp = await http.post(url, json=body, headers=headers, timeout=self.timeout_s)
+            except httpx.TimeoutException as e:
+                last = f"timed out after {self.timeout_s:g} s ({type(e).__name__})"
+            except (httpx.TransportError, OSError) as e:
+                last = f"connection error ({type(e).__name__}: {e})"
+            else:
+                if resp.status_code < 300:
+                    try:
+                        return parse_completion(resp.json())
+                    except ValueError as e:
+                        raise ChatError(f"{url}: response is not JSON: {resp.text[:300]!r}",
+                                        resp.status_code, attempt + 1) from None
+                message = self._redact(_server_message(resp))
+                if resp.status_code not in RETRY_STATUS and resp.status_code < 500:
+                    raise ChatError(f"{url} (model {self.model!r}): HTTP {resp.status_code}: {message}",
+                                    resp.status_code, attempt + 1)
+                last = f"HTTP {resp.status_code}: {message}"
+                retry_after = _retry_after(resp.headers)
+            if attempt == self.max_retries:
+                break
+            delay = retry_after if retry_after is not None else self.backoff_s * 2 ** attempt
+            delay += random.uniform(0, 0.25 * delay)
+            log.warning("%s: %s; retry %d/%d in %.2f s", url, self._redact(last), attempt + 1, self.max_retries, delay)
+            await asyncio.sleep(delay)
+        raise ChatError(f"{url} (model {self.model!r}): giving up after {self.max_retries + 1} attempts; last: "
+                        f"{self._redact(last)}", None, self.max_retries + 1)
+
+    async def _run_many(self, requests: list[dict], desc: str) -> list[Completion]:
+        from tqdm.auto import tqdm
+
+        results: list[Completion | None] = [None] * len(requests)
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        async with httpx.AsyncClient(timeout=self.timeout_s, limits=limits) as http:
+            self._http = http
+            try:
+                with tqdm(total=len(requests), desc=desc, unit="req", disable=None) as bar:
+                    async def one(i, kw):
+                        results[i] = await self.achat(**kw)
+                        bar.update(1)
+
+                    tasks = [asyncio.ensure_future(one(i, kw)) for i, kw in enumerate(requests)]
+                    try:
+                        await asyncio.gather(*tasks)
+                    except BaseException:
+                        for t in tasks:
+                            t.cancel()
+                        raise
+            finally:
+                self._http = None
+        return results  # type: ignore[return-value]
+
+    def chat_many(self, requests: list[dict], *, desc: str = "chat") -> list[Completion]:
+        """Runs every request (a dict of `achat` keyword arguments) concurrently; results in request order."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._run_many(requests, desc))
+        # Called from inside a running event loop (a notebook): run on a fresh loop in a thread.
+        out: dict[str, Any] = {}
+
+        def target():
+            try:
+                out["r"] = asyncio.run(self._run_many(requests, desc))
+            except BaseException as e:  # re-raised in the caller's thread
+                out["e"] = e
+
+        t = threading.Thread(target=target)
+        t.start()
+        t.join()
+        if "e" in out:
+            raise out["e"]
+        return out["r"]
+
+
+__all__ = ["ChatClient", "ChatError", "Completion", "parse_completion"]

@@ -1,0 +1,156 @@
+"""A training run's artifacts, read back: the workdir as a model with its trained LoRA merged.
+
+`rubric_jax.rl.trainer.train(config, workdir)` writes
+
+  <workdir>/config.json             the run's config (base model, tokenizer, dtype, LoRA rank / alpha / targets)
+  <workdir>/checkpoints/<step>/     `Checkpointer` checkpoints whose state is {"lora": ..., "opt_state": ...}
+
+and this module turns such a directory back into a plain model: the run's base model with the adapters of its
+latest (or a chosen) checkpoint folded into the kernels (`load_trained`). The pieces are public for callers that
+need them separately (evals fingerprints the adapters before, and without, loading any weights).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+__all__ = ["is_workdir", "run_config", "base_model_name", "latest_lora", "apply_trained_lora", "load_trained"]
+
+CONFIG_FILE = "config.json"
+CHECKPOINT_SUBDIR = "checkpoints"  # rubric_jax.rl.checkpoint's; not imported so is_workdir needs no orbax
+
+
+def is_workdir(path: str | os.PathLike) -> bool:
+    """Whether `path` looks like a training workdir: a directory holding `checkpoints/` that is not itself a
+    Hugging Face checkpoint (no *.safetensors / model.safetensors.index.json at its top).
+
+    Only the layout is checked; `run_config` and `latest_lora` say what is missing (config.json, a finished
+    checkpoint) with a clear error."""
+    path = os.fspath(path)
+    if not os.path.isdir(os.path.join(path, CHECKPOINT_SUBDIR)):
+        return False
+    hf = glob.glob(os.path.join(glob.escape(path), "*.safetensors")) or os.path.exists(
+        os.path.join(path, "model.safetensors.index.json"))
+    return not hf
+
+
+def run_config(workdir: str | os.PathLike) -> dict:
+    """The run's config as the trainer saved it (`<workdir>/config.json`), as a plain dict.
+
+    Raises FileNotFoundError naming the workdir when there is no config.json."""
+    workdir = os.fspath(workdir)
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{workdir}: a training workdir needs the run's config.json (base model, LoRA)")
+    with open(path) as f:
+        return json.load(f)
+
+
+def base_model_name(cfg: dict) -> str:
+    """The model the run trained adapters for: config `model`, or the trainer's DEFAULT_MODEL when it is empty
+    (as the trainer itself chooses)."""
+    from rubric_jax.rl.trainer import DEFAULT_MODEL
+
+    return cfg.get("model") or DEFAULT_MODEL
+
+
+def _unwrap_values(tree):
+    """A restored nnx state may keep each variable as {"value": array}: the plain nested dict of arrays."""
+    if isinstance(tree, dict):
+        if set(tree) == {"value"} and not isinstance(tree["value"], dict):
+            return tree["value"]
+        return {k: _unwrap_values(v) for k, v in tree.items()}
+    return tree
+
+
+def _flat(tree, prefix: str = "") -> dict[str, Any]:
+    """{"a.b.c": leaf} of a nested dict."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: tree}
+
+
+def latest_lora(workdir: str | os.PathLike, step: int | None = None) -> tuple[dict[str, Any], int]:
+    """(the LoRA adapters of checkpoint `step` (default: the latest) as a pure nested dict of arrays, with any
+    {"value": ...} variable wrappers removed, that step).
+
+    Reads only; nothing under the workdir is created or pruned. Raises FileNotFoundError naming the workdir when
+    it has no checkpoint, or no checkpoint for `step`."""
+    from rubric_jax.rl.checkpoint import Checkpointer
+
+    workdir = os.fspath(workdir)
+    if not os.path.isdir(os.path.join(workdir, CHECKPOINT_SUBDIR)):
+        raise FileNotFoundError(f"{workdir}: no checkpoint under checkpoints/")
+    with Checkpointer(workdir, max_to_keep=None) as ckpt:
+        if step is None:
+            step = ckpt.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"{workdir}: no checkpoint under checkpoints/")
+        state, _ = ckpt.restore(step)
+    if "lora" not in state:
+        raise ValueError(f"{workdir}: checkpoint {step} holds no LoRA state (keys: {sorted(state)})")
+    return _unwrap_values(state["lora"]), int(step)
+
+
+def apply_trained_lora(model, cfg: dict, lora: dict):
+    """Wraps `model` with LoRA exactly as the trainer did (the run config's `lora` rank / alpha / targets, the
+    LoRAConfig defaults for any it lacks), loads the adapter values `lora` (as `latest_lora` returns them),
+    merges them into the kernels and returns the merged model (no LoRA modules left).
+
+    Raises ValueError when the adapters do not fit the config (other targets, rank or model)."""
+    from flax import nnx
+
+    from rubric_jax.models.lora import LoRAConfig, apply_lora, merge_lora
+
+    lcfg = cfg.get("lora") or {}
+    kw: dict[str, Any] = {}
+    if lcfg.get("rank") is not None:
+        kw["rank"] = int(lcfg["rank"])
+    if lcfg.get("alpha") is not None:
+        kw["alpha"] = float(lcfg["alpha"])
+    if lcfg.get("targets") is not None:
+        kw["targets"] = tuple(lcfg["targets"])
+    model = apply_lora(model, LoRAConfig(**kw))
+    state = nnx.state(model, nnx.LoRAParam)
+    lora = _unwrap_values(lora)
+    # replace_by_pure_dict alone would keep fresh adapters where the checkpoint has none, and take any shape
+    want = {k: tuple(np.shape(v)) for k, v in _flat(nnx.to_pure_dict(state)).items()}
+    have = {k: tuple(np.shape(v)) for k, v in _flat(lora).items()}
+    problems = [f"missing {k}" for k in sorted(set(want) - set(have))]
+    problems += [f"unexpected {k}" for k in sorted(set(have) - set(want))]
+    problems += [f"{k}: checkpoint {have[k]} vs model {want[k]}" for k in sorted(set(want) & set(have))
+                 if have[k] != want[k]]
+    if problems:
+        raise ValueError(f"the checkpoint's LoRA parameters do not fit the run's config ({'; '.join(problems[:8])}"
+                         f"{f'; and {len(problems) - 8} more' if len(problems) > 8 else ''})")
+    nnx.replace_by_pure_dict(state, lora)
+    nnx.update(model, state)
+    merge_lora(model)
+    return model
+
+
+def load_trained(workdir: str | os.PathLike, *, dtype=None, step: int | None = None):
+    """(the run's base model with checkpoint `step`'s (default: the latest) LoRA merged, its tokenizer, the step).
+
+    `dtype`: the base weights' dtype (default: the run's config `dtype`, else float32). The tokenizer is the
+    config's `tokenizer`, else the base model's. Errors: FileNotFoundError for a missing config.json or
+    checkpoint (checked before any weights load), ValueError for adapters that do not fit."""
+    import jax.numpy as jnp
+
+    from rubric_jax.models.loading import load_model
+    from rubric_jax.models.tokenizer import load_tokenizer
+
+    cfg = run_config(workdir)
+    lora, step = latest_lora(workdir, step)
+    name = base_model_name(cfg)
+    model = load_model(name, dtype=jnp.dtype(dtype or cfg.get("dtype") or "float32"))
+    model = apply_trained_lora(model, cfg, lora)
+    return model, load_tokenizer(cfg.get("tokenizer") or name), step

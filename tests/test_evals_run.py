@@ -1,0 +1,371 @@
+"""evals: model specs, the generation cache, shuffled answers, the eval prompt set, and real small runs."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Model specs
+
+
+def _hf_dir(path):
+    os.makedirs(path, exist_ok=True)
+    open(os.path.join(path, "config.json"), "w").write("{}")
+    open(os.path.join(path, "model.safetensors"), "wb").write(b"weights")
+    return str(path)
+
+
+def test_model_spec_parsing(tmp_path):
+    from evals.models import parse_models
+
+    hf = _hf_dir(tmp_path / "hf")
+    gg = tmp_path / "m.gguf"
+    gg.write_bytes(b"gguf")
+    wd = tmp_path / "run"
+    (wd / "checkpoints" / "3").mkdir(parents=True)
+    (wd / "config.json").write_text(json.dumps({"model": hf}))
+    wd2 = tmp_path / "run2"
+    (wd2 / "checkpoints" / "1").mkdir(parents=True)
+    (wd2 / "config.json").write_text(json.dumps({"model": hf}))
+    ad = tmp_path / "adapter"
+    ad.mkdir()
+    (ad / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": hf, "r": 4}))
+    (ad / "adapter_model.safetensors").write_bytes(b"x")
+
+    cs = parse_models(f"base=smollm2-135m-instruct,h={hf},g={gg},t={wd}+{wd2},a={ad},s=shuffled:{hf}")
+    kinds = {c.name: [m.kind for m in c.members] for c in cs}
+    assert kinds == {"base": ["embedded"], "h": ["hf"], "g": ["gguf"], "t": ["workdir", "workdir"], "a": ["peft"],
+                     "s": ["hf"]}
+    by = {c.name: c for c in cs}
+    assert by["s"].members[0].shuffled and not by["h"].members[0].shuffled
+    assert by["a"].members[0].base == os.path.abspath(hf)
+    # a bare spec is named after its last path component
+    assert parse_models(f"{hf},smollm2")[0].name == "hf"
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("", "at least two"),
+    ("a=smollm2,a=smollm2-135m-instruct", "duplicate name"),
+    ("a=/no/such/dir", "no such file"),
+    ("a=nonexistent-model-name", "not an embedded"),
+    ("=smollm2", "empty name"),
+    ("a=smollm2,,b=smollm2", "empty entry"),
+    ("a=smollm2+", "empty member"),
+    ("a=shuffled:shuffled:smollm2", "nested"),
+    ("a=openai:gpt@http://x", "remote"),
+])
+def test_model_spec_errors(spec, msg):
+    from evals.models import ModelSpecError, parse_models
+
+    with pytest.raises(ModelSpecError, match=msg):
+        parse_models(spec)
+
+
+def test_model_spec_errors_on_disk(tmp_path):
+    from evals.models import ModelSpecError, parse_models
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelSpecError, match="neither"):
+        parse_models(f"a={tmp_path / 'empty'}")
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(ModelSpecError, match="not a .gguf"):
+        parse_models(f"a={tmp_path / 'notes.txt'}")
+    ad = tmp_path / "adapter"
+    ad.mkdir()
+    (ad / "adapter_config.json").write_text(json.dumps({"r": 4}))
+    (ad / "adapter_model.safetensors").write_bytes(b"x")
+    with pytest.raises(ModelSpecError, match="--base"):
+        parse_models(f"a={ad}")
+    assert parse_models(f"a={ad}", base="smollm2")[0].members[0].base == "smollm2"
+    wd = tmp_path / "run"
+    (wd / "checkpoints").mkdir(parents=True)
+    (wd / "config.json").write_text("{}")
+    with pytest.raises(ModelSpecError, match="without any checkpoint"):
+        parse_models(f"a={wd}")
+
+
+def test_cli_reports_bad_specs(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "evals.run", "--models=a=/no/such/model,b=smollm2", "--judge=smollm2",
+                        f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "error:" in r.stderr and "/no/such/model" in r.stderr
+
+
+def test_fingerprint_is_over_weights_not_path(tmp_path):
+    from evals.models import LoadedMember, classify
+
+    a = _hf_dir(tmp_path / "a")
+    b = _hf_dir(tmp_path / "b")  # same bytes, other path
+    fa = LoadedMember(classify(a), str(tmp_path / "cache")).fingerprint
+    fb = LoadedMember(classify(b), str(tmp_path / "cache")).fingerprint
+    assert fa == fb and len(fa) == 64
+    open(os.path.join(b, "model.safetensors"), "wb").write(b"weightz")  # retrained: same size, new bytes
+    os.utime(os.path.join(b, "model.safetensors"), ns=(1, 1))
+    assert LoadedMember(classify(b), str(tmp_path / "cache")).fingerprint != fa
+
+
+# ---------------------------------------------------------------------------------------------
+# Generation cache
+
+
+class _FakeTok:
+    eos_ids = (0,)
+    pad_id = 0
+
+    def encode_chat(self, text, system=None):
+        return [1 + (ord(c) % 50) for c in text[: 5 + len(text) % 7]]
+
+    def decode(self, ids):
+        return " ".join(f"w{i}" for i in ids)
+
+
+class _FakeMember:
+    def __init__(self, fp):
+        from evals.models import MemberSpec
+
+        self.spec = MemberSpec("hf", "/fake")
+        self.fingerprint = fp
+        self.model = object()
+        self.tokenizer = _FakeTok()
+
+
+def _counting_sampler(calls):
+    from rubric_jax.sampling.sampler import SampleOutput
+
+    def fake_sample(model, rows, *, max_new_tokens, prompt_keys, prompt_length, **kw):
+        calls.append((len(rows), prompt_length))
+        toks = np.asarray([[len(r) + 1, 7, 9] for r in rows], np.int32)
+        n = len(rows)
+        return SampleOutput(tokens=toks, lengths=np.full(n, 3), logprobs=np.zeros((n, 3)), entropy=np.zeros((n, 3)),
+                            prompt_tokens=None, prompt_mask=None, num_samples=1)
+
+    return fake_sample
+
+
+def test_generation_cache(tmp_path, monkeypatch):
+    import evals.generate as gen
+
+    calls = []
+    monkeypatch.setattr(gen, "sample", _counting_sampler(calls))
+    prompts = [f"prompt number {i} " + "x" * i for i in range(7)]
+    s = gen.GenSettings(max_new_tokens=3)
+    kw = dict(seed=0, settings=s, cache_dir=str(tmp_path), batch_size=4, progress=False)
+    first = gen.generate_answers(_FakeMember("fp1"), prompts, **kw)
+    assert len(calls) == 2 and all(rows == 4 for rows, _ in calls)  # fixed batch size: padded rows
+    assert all(a.startswith("w") for a in first)
+    n = len(calls)
+    assert gen.generate_answers(_FakeMember("fp1"), prompts, **kw) == first
+    assert len(calls) == n  # second run: no sampler call
+    gen.generate_answers(_FakeMember("fp1"), prompts + ["a new prompt"], **kw)
+    assert len(calls) == n + 1  # only the new prompt is sampled
+    gen.generate_answers(_FakeMember("fp2"), prompts, **kw)  # new weights: everything misses
+    assert len(calls) == n + 3
+    gen.generate_answers(_FakeMember("fp1"), prompts, **dict(kw, seed=1))  # other seed misses too
+    assert len(calls) == n + 5
+    gen.generate_answers(_FakeMember("fp1"), prompts, **dict(kw, settings=gen.GenSettings(max_new_tokens=4)))
+    assert len(calls) == n + 7
+
+
+def test_shuffled_words():
+    from evals.generate import shuffle_words
+
+    text = "the quick brown fox jumps over the lazy dog near the river bank today"
+    out = shuffle_words(text, (0, "p"))
+    assert out != text
+    assert sorted(out.split()) == sorted(text.split())
+    assert shuffle_words(text, (0, "p")) == out  # seeded
+    assert shuffle_words(text, (1, "p")) != out
+    assert shuffle_words("same same", 0) == "same same"
+
+
+def test_shuffled_member_uses_inner_answers(tmp_path, monkeypatch):
+    import evals.generate as gen
+    from evals.models import ShuffledMember
+
+    calls = []
+    monkeypatch.setattr(gen, "sample", _counting_sampler(calls))
+    inner = _FakeMember("fp1")
+    inner.tokenizer.decode = lambda ids: "alpha beta gamma delta epsilon zeta eta theta"
+    kw = dict(seed=0, settings=gen.GenSettings(max_new_tokens=3), cache_dir=str(tmp_path), progress=False)
+    plain = gen.generate_answers(inner, ["p1", "p2"], **kw)
+    shuf = gen.generate_answers(ShuffledMember(inner), ["p1", "p2"], **kw)
+    assert len(calls) == 1  # the shuffled contestant reuses the cached answers
+    for a, b in zip(plain, shuf):
+        assert a != b and sorted(a.split()) == sorted(b.split())
+    assert ShuffledMember(inner).fingerprint != inner.fingerprint
+
+
+# ---------------------------------------------------------------------------------------------
+# Judges
+
+
+def test_remote_verdict_parsing():
+    from evals.judges import p_from_completion
+
+    assert p_from_completion("A", [{"A": -0.1, "B": -2.4}]) == pytest.approx(1 / (1 + np.exp(-2.3)))
+    assert p_from_completion("B", [{" B": -0.1, "b": -9.0, "A": -3.0}]) < 0.1
+    assert p_from_completion("Answer: B", None) == 0.0
+    assert p_from_completion("A.", []) == 1.0
+    assert p_from_completion("I cannot decide", None) is None
+
+
+def test_criteria_specs():
+    from evals.judges import OVERALL, parse_criteria
+
+    assert parse_criteria("overall") == [OVERALL]
+    assert len(parse_criteria("rubric:creative_writing")) > 1
+    with pytest.raises(ValueError, match="overall"):
+        parse_criteria("everything")
+
+
+# ---------------------------------------------------------------------------------------------
+# The eval prompt set
+
+
+def _norm(s):
+    return " ".join(re.findall(r"[a-z0-9]+", s.lower()))
+
+
+def test_eval_prompts_are_disjoint_from_training():
+    def load(p):
+        return [json.loads(line) for line in open(p) if line.strip()]
+
+    train = load(os.path.join(ROOT, "rubric_jax", "data", "creative_writing.jsonl"))
+    ev = load(os.path.join(ROOT, "evals", "data", "creative_writing_eval.jsonl"))
+    assert len(ev) >= 48
+    assert len({r["id"] for r in ev}) == len(ev) and len({_norm(r["prompt"]) for r in ev}) == len(ev)
+    for r in ev:
+        assert set(r) >= {"id", "task", "prompt", "meta"} and r["task"] == "creative_writing"
+    assert len({r["meta"]["form"] for r in ev}) >= 5  # stories, poems, scenes, letters, monologues, ...
+    tn = {_norm(r["prompt"]) for r in train}
+    tw = [set(_norm(r["prompt"]).split()) for r in train]
+    for r in ev:
+        n = _norm(r["prompt"])
+        assert n not in tn
+        w = set(n.split())
+        worst = max(len(w & t) / len(w | t) for t in tw)  # near-duplicates: word-set Jaccard
+        assert worst < 0.5, r["prompt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Real models
+
+
+@pytest.mark.slow
+def test_a_training_workdir_is_a_contestant(tiny_qwen3, tmp_path):
+    """The evals side of a workdir spec: kind "workdir", its own fingerprint, a merged model. That the merged
+    weights are base + A B alpha/r is tests/test_workdir.py's (rubric_jax.rl.workdir)."""
+    from evals.models import LoadedMember, classify, parse_models
+    from rubric_jax.models.lora import lora_modules
+    from rubric_jax.rl import trainer
+
+    spec = importlib.util.spec_from_file_location("cfg_rcrl_evals", os.path.join(ROOT, "configs", "rcrl.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config("tiny")
+    c.model = tiny_qwen3[0]
+    c.steps = 1
+    c.max_completion_len = 8
+    c.tensorboard = False
+    wd = str(tmp_path / "run")
+    trainer.train(c, wd)
+
+    (con,) = parse_models(f"trained={wd}")
+    assert con.members[0].kind == "workdir"
+    cache = str(tmp_path / "cache")
+    trained = LoadedMember(con.members[0], cache)
+    base = LoadedMember(classify(tiny_qwen3[0]), cache)
+    assert trained.fingerprint != base.fingerprint
+    assert LoadedMember(con.members[0], cache).fingerprint == trained.fingerprint  # weights, not chance
+    assert not lora_modules(trained.model)  # merged
+    assert trained.tokenizer.eos_ids
+
+
+def test_peft_adapter_spec_matches_the_lora_model(tiny_qwen3, tmp_path):
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from evals.models import LoadedMember, parse_models
+    from rubric_jax import load_model
+    from rubric_jax.models.export import export_peft
+    from rubric_jax.models.lora import LoRAConfig, apply_lora, lora_modules
+
+    m = apply_lora(load_model(tiny_qwen3[0]), LoRAConfig(rank=4, alpha=8.0, targets=("q_proj", "up_proj")))
+    for i, (_, mod) in enumerate(lora_modules(m)):
+        mod.lora_b.set_value(0.05 * jax.random.normal(jax.random.key(i), mod.lora_b.get_value().shape))
+    ad = str(tmp_path / "adapter")
+    export_peft(m, ad, base_model_name_or_path=tiny_qwen3[0])
+    (con,) = parse_models(f"a={ad}")
+    member = LoadedMember(con.members[0], str(tmp_path / "cache"))
+    tokens = jnp.asarray([[1, 5, 9, 200, 3000, 7]], jnp.int32)
+    want, _ = m(tokens)
+    got, _ = member.model(tokens)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-4)
+    assert member.fingerprint != LoadedMember(parse_models(f"b={tiny_qwen3[0]}")[0].members[0]).fingerprint
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+def test_pairwise_elo_real_small_run(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "evals.run", "--suite=pairwise_elo",
+           "--models=base=smollm2-135m-instruct,shuffled=shuffled:smollm2-135m-instruct",
+           "--judge=smollm2-135m-instruct", "--prompts=6", "--max_new_tokens=24", f"--out={out}",
+           f"--cache_dir={tmp_path / 'cache'}", "--bootstrap=200", "--quiet"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for f in ("results.json", "report.md", "ratings.png", "win_rates.png", "answers.jsonl", "comparisons.npz"):
+        assert (out / f).exists(), f
+    import matplotlib.image
+
+    for f in ("ratings.png", "win_rates.png"):
+        img = matplotlib.image.imread(str(out / f))
+        assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
+    res = json.loads((out / "results.json").read_text())
+    elo = {m["name"]: m["elo"] for m in res["models"]}
+    assert elo["base"] > elo["shuffled"], res["models"]
+    comps = np.load(out / "comparisons.npz")
+    assert len(comps["a"]) == 6 * 2  # 6 prompts x one pair x both orders
+    assert set(zip(comps["a"].tolist(), comps["b"].tolist())) == {(0, 1), (1, 0)}
+    assert "base" in r.stdout and "shuffled" in r.stdout  # the ratings table
+    # a rerun recomputes nothing: no generation, no judging
+    r2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["models"] == res["models"]
+
+
+def test_remote_judge_both_orders_and_cache(tmp_path):
+    from evals.judges import OVERALL, RemoteJudge
+    from rubric_jax.openai_client import Completion
+
+    j = RemoteJudge("openai:judge-model@http://127.0.0.1:1/v1", str(tmp_path))
+    seen = []
+
+    class FakeClient:
+        def chat_many(self, requests, desc=""):
+            out = []
+            for r in requests:
+                seen.append(r)
+                user = r["messages"][-1]["content"]
+                a_first = "### Response A\ngood" in user
+                assert r["top_logprobs"] and r["temperature"] == 0.0
+                lp = {"A": -0.05, "B": -3.0} if a_first else {"A": -3.0, "B": -0.05}
+                out.append(Completion(text="A" if a_first else "B", finish_reason="stop", top_logprobs=[lp],
+                                      cached=False))
+            return out
+
+    j.client = FakeClient()
+    p = j.p_first("task", ["good answer", "bad answer"], [(0, 1), (1, 0)], [OVERALL])
+    assert len(seen) == 2  # both orders asked
+    assert p[0, 0] > 0.9 and p[1, 0] < 0.1
+    p2 = j.p_first("task", ["good answer", "bad answer"], [(0, 1), (1, 0)], [OVERALL])
+    assert len(seen) == 2 and np.allclose(p, p2)  # served from the verdict cache

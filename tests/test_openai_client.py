@@ -1,0 +1,191 @@
+"""rubric_jax.openai_client.ChatClient: against the live model server (round trip, cache), and against tiny
+local HTTP servers that misbehave (429 with Retry-After, 5xx, timeouts, 4xx, a server echoing the key)."""
+
+import asyncio
+import glob
+import json
+import os
+import threading
+import time
+
+import httpx
+import pytest
+
+from rubric_jax.openai_client import ChatClient, ChatError, Completion
+from serve_fixture import free_port, shared_server
+
+SECRET = "sk-test-SECRET-0123456789"
+KEY_ENV = "RUBRIC_JAX_TEST_API_KEY"
+MSG = [{"role": "user", "content": "Name a colour."}]
+
+
+# ---- a tiny scripted HTTP server (uvicorn in a thread) -------------------------------------------------------------
+
+OK_BODY = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": "blue"}, "finish_reason": "stop",
+                        "logprobs": {"content": [{"token": "blue", "logprob": -0.1, "bytes": None,
+                                                  "top_logprobs": [{"token": "blue", "logprob": -0.1, "bytes": None},
+                                                                   {"token": "red", "logprob": -2.5, "bytes": None}]}]}}],
+           "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}
+
+
+@pytest.fixture(scope="module")
+def scripted():
+    """(base URL, hits per route, Authorization headers seen). Routes: /flaky (429 twice with Retry-After 1,
+    then 503 once, then 200), /slow (sleeps 2 s), /bad (400), /echo (401 quoting the Authorization header)."""
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+    hits: dict[str, int] = {}
+    auth: list = []
+
+    @app.post("/{route}/v1/chat/completions")
+    async def chat(route: str, request: Request):
+        n = hits[route] = hits.get(route, 0) + 1
+        auth.append(request.headers.get("authorization"))
+        if route == "flaky":
+            if n <= 2:
+                return JSONResponse({"error": {"message": "rate limited"}}, 429, headers={"Retry-After": "1"})
+            if n == 3:
+                return JSONResponse({"error": {"message": "overloaded"}}, 503)
+            return OK_BODY
+        if route == "slow":
+            await asyncio.sleep(2.0)
+            return OK_BODY
+        if route == "bad":
+            return JSONResponse({"error": {"message": "'messages' is required", "type": "invalid_request_error"}},
+                                400)
+        if route == "echo":
+            return JSONResponse({"error": {"message": f"Incorrect API key provided: {request.headers.get('authorization')}"}},
+                                401)
+        return OK_BODY
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "scripted server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", hits, auth
+    server.should_exit = True
+    t.join(10)
+
+
+@pytest.fixture
+def key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    return SECRET
+
+
+def test_from_spec_and_repr(key):
+    c = ChatClient.from_spec("openai:gpt-4o-mini@https://api.openai.com/v1", api_key_env=KEY_ENV)
+    assert (c.model, c.base_url) == ("gpt-4o-mini", "https://api.openai.com/v1")
+    assert SECRET not in repr(c) and SECRET not in str(vars(c))
+    for bad in ("gpt-4o-mini", "openai:gpt-4o-mini", "anthropic:x@http://h", "openai:@http://h"):
+        with pytest.raises(ValueError, match="openai:MODEL@BASE_URL"):
+            ChatClient.from_spec(bad)
+
+
+def test_retries_429_with_retry_after_then_5xx_then_succeeds(scripted, key):
+    base, hits, auth = scripted
+    c = ChatClient(f"{base}/flaky/v1", "m", api_key_env=KEY_ENV, backoff_s=0.05, max_retries=5)
+    t0 = time.monotonic()
+    out = asyncio.run(c.achat(MSG, max_tokens=4, top_logprobs=2))
+    elapsed = time.monotonic() - t0
+    assert out == Completion("blue", "stop", [{"blue": -0.1, "red": -2.5}], cached=False)
+    assert hits["flaky"] == 4 and c.http_requests == 4
+    assert 2.0 <= elapsed < 4.0  # two Retry-After: 1 waits (+ <=25% jitter), then one short backoff
+    assert auth[-1] == f"Bearer {SECRET}"
+
+
+def test_retries_run_out(scripted, key):
+    base, hits, _ = scripted
+    hits.pop("flaky", None)
+    c = ChatClient(f"{base}/flaky/v1", "m", api_key_env=KEY_ENV, max_retries=1, backoff_s=0.01)
+    with pytest.raises(ChatError, match="giving up after 2 attempts.*HTTP 429: rate limited") as e:
+        asyncio.run(c.achat(MSG, max_tokens=4))
+    assert e.value.attempts == 2 and hits["flaky"] == 2
+
+
+def test_timeout_is_retried_then_fails(scripted, key):
+    base, hits, _ = scripted
+    c = ChatClient(f"{base}/slow/v1", "m", api_key_env=KEY_ENV, timeout_s=0.3, max_retries=2, backoff_s=0.01)
+    t0 = time.monotonic()
+    with pytest.raises(ChatError, match="timed out") as e:
+        asyncio.run(c.achat(MSG, max_tokens=4))
+    assert e.value.attempts == 3 and c.http_requests == 3
+    assert time.monotonic() - t0 < 2.5  # three 0.3 s timeouts, never the server's 2 s
+    assert SECRET not in str(e.value)
+
+
+def test_connection_error_is_retried(key):
+    c = ChatClient(f"http://127.0.0.1:{free_port()}/v1", "m", api_key_env=KEY_ENV, max_retries=2, backoff_s=0.01)
+    with pytest.raises(ChatError, match="connection error") as e:
+        asyncio.run(c.achat(MSG, max_tokens=4))
+    assert e.value.attempts == 3 and SECRET not in str(e.value)
+
+
+def test_4xx_raises_at_once_with_the_server_message(scripted, key):
+    base, hits, _ = scripted
+    c = ChatClient(f"{base}/bad/v1", "m", api_key_env=KEY_ENV, backoff_s=0.01)
+    with pytest.raises(ChatError, match=r"HTTP 400: 'messages' is required") as e:
+        asyncio.run(c.achat(MSG, max_tokens=4))
+    assert e.value.status_code == 400 and hits["bad"] == 1
+
+
+def test_key_is_redacted_from_errors(scripted, key):
+    base, _, _ = scripted
+    c = ChatClient(f"{base}/echo/v1", "m", api_key_env=KEY_ENV)
+    with pytest.raises(ChatError, match="HTTP 401") as e:
+        asyncio.run(c.achat(MSG, max_tokens=4))
+    assert SECRET not in str(e.value) and SECRET not in repr(e.value) and "***" in str(e.value)
+
+
+def test_no_key_sends_no_authorization(scripted, monkeypatch):
+    base, _, auth = scripted
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    out = asyncio.run(ChatClient(f"{base}/ok/v1", "m", api_key_env=KEY_ENV).achat(MSG, max_tokens=4))
+    assert out.text == "blue" and auth[-1] is None
+
+
+# ---- the live model server -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    return shared_server(tmp_path_factory)
+
+
+@pytest.mark.slow
+def test_round_trip_and_cache(live, key, tmp_path):
+    base, _, _ = live
+    cache = str(tmp_path / "cache")
+    reqs = [{"messages": [{"role": "user", "content": f"Say {w}."}], "max_tokens": 8, "temperature": 0.0, "seed": 3}
+            for w in ("yes", "no", "maybe")]
+    c = ChatClient(base, "tiny_qwen3", api_key_env=KEY_ENV, cache_dir=cache, concurrency=3)
+    first = c.chat_many(reqs, desc="test")
+    assert len(first) == 3 and all(o.text and not o.cached and o.finish_reason in ("stop", "length") for o in first)
+    assert all(o.top_logprobs is None for o in first)
+    # in order: each result is the one its own request gets alone
+    alone = asyncio.run(ChatClient(base, "tiny_qwen3").achat(**reqs[2]))
+    assert alone.text == first[2].text
+
+    served = httpx.get(f"{base}/stats").json()["requests"]
+    c2 = ChatClient(base, "tiny_qwen3", api_key_env=KEY_ENV, cache_dir=cache)
+    second = c2.chat_many(reqs)
+    assert [o.cached for o in second] == [True] * 3 and c2.http_requests == 0
+    assert [(o.text, o.finish_reason, o.top_logprobs) for o in second] == \
+        [(o.text, o.finish_reason, o.top_logprobs) for o in first]
+    assert httpx.get(f"{base}/stats").json()["requests"] == served  # no request reached the server
+    # a different setting is a miss
+    assert not asyncio.run(c2.achat(**{**reqs[0], "seed": 4})).cached
+
+    files = glob.glob(os.path.join(cache, "*"))
+    assert len(files) == 4 and all(f.endswith(".json") for f in files)  # no temporary files left
+    for f in files:
+        text = open(f).read()
+        assert SECRET not in text and "Bearer" not in text
+        json.loads(text)

@@ -289,6 +289,7 @@ def test_a_training_workdir_is_a_contestant(tiny_qwen3, tmp_path):
     assert trained.tokenizer.eos_ids
 
 
+@pytest.mark.slow
 def test_peft_adapter_spec_matches_the_lora_model(tiny_qwen3, tmp_path):
     import jax
     import jax.numpy as jnp

@@ -60,6 +60,7 @@ def test_sampling_frequencies_respect_filters():
     assert int(greedy[0]) == 4
 
 
+@pytest.mark.slow
 def test_per_row_keys_draw_each_row_alone():
     rng = np.random.default_rng(0)
     logits = jnp.asarray(rng.normal(size=(6, 40)).astype(np.float32) * 3)

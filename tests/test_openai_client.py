@@ -189,3 +189,25 @@ def test_round_trip_and_cache(live, key, tmp_path):
         text = open(f).read()
         assert SECRET not in text and "Bearer" not in text
         json.loads(text)
+
+
+@pytest.mark.slow
+def test_remote_judge_against_the_live_server(live, tmp_path):
+    """evals' remote judge through this client against our own server: both orders asked, verdicts are
+    probabilities, and a second judge on the same cache directory sends nothing to the server."""
+    import httpx
+    import numpy as np
+
+    from evals.judges import OVERALL, RemoteJudge
+
+    base, _, _ = live
+    stats = lambda: httpx.get(f"{base}/stats", timeout=10).json()["requests"]  # noqa: E731
+    before = stats()
+    judge = RemoteJudge(f"openai:tiny_qwen3@{base}", str(tmp_path / "judge"))
+    answers = ["The rain kept time on the tin roof all night.", "rain roof the night all time kept on tin The"]
+    p = judge.p_first("Write one line about rain.", answers, [(0, 1), (1, 0)], [OVERALL])
+    assert p.shape == (2, 1) and np.all((p >= 0) & (p <= 1))
+    assert stats() - before == 2  # one request per order
+    again = RemoteJudge(f"openai:tiny_qwen3@{base}", str(tmp_path / "judge"))
+    np.testing.assert_array_equal(again.p_first("Write one line about rain.", answers, [(0, 1), (1, 0)], [OVERALL]), p)
+    assert stats() - before == 2  # served from the caches: no new request

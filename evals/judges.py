@@ -7,6 +7,7 @@ fingerprint, prompt, both answers, criterion, order), so a rerun judges nothing 
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import os
@@ -45,7 +46,7 @@ def _criterion_key(c: Criterion) -> str:
     return _digest(c.id, c.name, c.check)
 
 
-class _CachedJudge:
+class _CachedJudge(abc.ABC):
     fingerprint: str
     name: str
 
@@ -77,8 +78,9 @@ class _CachedJudge:
                         self.cache.put(keys[k, c], {"p_first": float(out[k, c])})
         return out
 
+    @abc.abstractmethod
     def _judge(self, prompt, answers, pairs, criteria) -> dict[tuple[int, int], list[float]]:
-        raise NotImplementedError
+        """{(i, j): [P(answer i wins | shown first) per criterion]} for the pairs the cache lacks."""
 
 
 class LocalJudge(_CachedJudge):

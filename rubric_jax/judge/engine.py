@@ -33,7 +33,6 @@ import dataclasses
 import logging
 import math
 import time
-import hashlib
 from typing import Any, Sequence
 
 import jax
@@ -48,26 +47,12 @@ from rubric_jax.judge.common import (MODES, SHARING, JudgeConfig, JudgeStats, Pa
                                      model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
 from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, digit_token_ids
+from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
 from rubric_jax.rewards import health
 from rubric_jax.rewards.pairwise import hard_verdicts, symmetrize, win_rates
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 log = logging.getLogger(__name__)
-
-
-def _first_fit(items, lane: int) -> list[list]:
-    """First-fit decreasing packing of (length, payload) items into lanes of `lane` tokens; payload lists."""
-    lanes, fill = [], []
-    for n, payload in sorted(items, key=lambda e: -e[0]):
-        for li in range(len(lanes)):
-            if fill[li] + n <= lane:
-                lanes[li].append(payload)
-                fill[li] += n
-                break
-        else:
-            lanes.append([payload])
-            fill.append(n)
-    return lanes
 
 
 @dataclasses.dataclass
@@ -108,9 +93,6 @@ class Judge:
         self.stats = JudgeStats()
         self._shapes: dict[tuple, list] = {}  # compiled call shapes per (kind, verdict ids)
         self._reserved: list[Criterion] = []  # criteria later calls may bring (see reserve)
-
-    def refresh(self) -> None:
-        """Kept for callers of the old API: weights are read at every call."""
 
     @property
     def tokens_per_call(self) -> int:
@@ -168,7 +150,7 @@ class Judge:
         reserved = [len(self.prompts.suffix(kind, c)) for c in self._reserved]
         lane = max(max(sh[5] for sh in stack), bucket(max(reserved, default=1), cfg.len_steps))
         lc = max(max(sh[4] for sh in stack), lanes_at(lane),
-                 len(_first_fit([(n, None) for n in reserved], lane)))
+                 len(first_fit([(n, None) for n in reserved], lane)))
         return (max(sh[0] for sh in stack), grow(max(sh[1] for sh in stack), head_max), max(sh[2] for sh in stack),
                 grow(max(sh[3] for sh in stack), body_max), lc, lane,
                 max(max(sh[6] for sh in stack), pow2(len(reserved))))
@@ -187,7 +169,7 @@ class Judge:
 
         def pack(job, lane):
             """First fit, longest first: lists of (criterion, out key) whose suffixes fit in `lane` tokens."""
-            return _first_fit([(len(suffixes[ci]), (ci, key)) for ci, key in zip(job.crits, job.out)], lane)
+            return first_fit([(len(suffixes[ci]), (ci, key)) for ci, key in zip(job.crits, job.out)], lane)
 
         heads: dict[tuple[int, ...], list] = {}
         for job in jobs:
@@ -321,7 +303,7 @@ class Judge:
             out = sample(self.model, padded, max_new_tokens=cfg.gen_max_new_tokens, num_samples=1,
                          temperature=cfg.gen_temperature, top_k=cfg.gen_top_k,
                          eos_ids=(-1,) if cfg.gen_ignore_eos else self.tokenizer.eos_ids,
-                         pad_id=self.tokenizer.pad_id, prompt_keys=_sequence_keys(padded),
+                         pad_id=self.tokenizer.pad_id, prompt_keys=sequence_keys(padded),
                          prompt_length=bucket(max(map(len, chunk)), cfg.len_steps))
             toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
             self.stats.model_calls += 1
@@ -421,7 +403,7 @@ class Judge:
             raise ValueError(f"pairing: unknown {pairing!r}; expected one of {PAIRINGS}")
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
-        group_ids = _group_ids(group_ids, len(prompts))
+        group_ids = checked_group_ids(group_ids, len(prompts))
         per_prompt = self._criteria_per_prompt(criteria, len(prompts))
         gen = mode == "generate"
         label_ids = self.prompts.label_ids
@@ -438,7 +420,7 @@ class Judge:
             dcs = [criterion_digest(cr) for cr in crits]
             groups.append(dict(g=g, c=c, heads=heads, bodies=bodies, sidx=sidx, d_p=d_p, d_r=d_r, dcs=dcs,
                                vals=np.full((g, g, c, 3), np.nan, np.float32), mask=np.zeros((g, g), bool),
-                               rng=_group_rng(seed, group_ids[q])))
+                               rng=group_rng(seed, group_ids[q])))
 
         def judge_pairs(pairs_per_group):
             work, where = [], []
@@ -645,34 +627,6 @@ class _SuffixTable:
         if self.kind == "pair":
             return _parse_pair(text, self.labels)
         return _parse_score(text, self.crits[i].max_points)
-
-
-def _group_ids(group_ids, n: int) -> list[int]:
-    if group_ids is None:
-        return list(range(n))
-    ids = [int(i) for i in group_ids]
-    if len(ids) != n:
-        raise ValueError(f"group_ids: expected {n} (one per prompt), got {len(ids)}")
-    if any(i < 0 for i in ids):
-        raise ValueError(f"group_ids must be non-negative, got {ids}")
-    return ids
-
-
-def _group_rng(seed, group_id: int) -> np.random.Generator:
-    """Group `group_id`'s own generator for `seed` (seed=None: fresh entropy, as np.random.default_rng)."""
-    if seed is None:
-        return np.random.default_rng()
-    return np.random.default_rng((int(seed), group_id))
-
-
-def _sequence_keys(seqs: Sequence[Sequence[int]]) -> jax.Array:
-    """One PRNG key per token sequence, from a hash of its tokens: key(0) folded with two 32-bit words."""
-    words = np.zeros((len(seqs), 2), np.uint32)
-    for i, s in enumerate(seqs):
-        h = hashlib.sha256(np.asarray(s, np.int64).tobytes()).digest()
-        words[i] = np.frombuffer(h[:8], np.uint32)
-    fold = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(jax.random.key(0), w[0]), w[1]))
-    return fold(jnp.asarray(words))
 
 
 def _gen_pair_vals(v: float) -> np.ndarray:

@@ -46,7 +46,7 @@ from rubric_jax.judge.common import (MODES, SHARING, JudgeConfig, JudgeStats, Pa
                                      PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
                                      model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
-from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, digit_token_ids
+from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, SuffixTable, digit_token_ids
 from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
 from rubric_jax.rewards import health
 from rubric_jax.rewards.pairwise import hard_verdicts, symmetrize, win_rates
@@ -407,7 +407,7 @@ class Judge:
         per_prompt = self._criteria_per_prompt(criteria, len(prompts))
         gen = mode == "generate"
         label_ids = self.prompts.label_ids
-        suffix_of = _SuffixTable(self.prompts, "pair", gen, labels=self.config.prompt.labels)
+        suffix_of = SuffixTable(self.prompts, "pair", gen, labels=self.config.prompt.labels)
         mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
                                     self.config.gen_top_k)) if gen else "logit"
         groups = []
@@ -523,7 +523,7 @@ class Judge:
         gen = mode == "generate"
         m_all = max(cr.max_points for crits in per_prompt for cr in crits)
         ids = digit_token_ids(self.tokenizer, m_all)
-        suffix_of = _SuffixTable(self.prompts, "point", gen)
+        suffix_of = SuffixTable(self.prompts, "point", gen)
         mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
                                     self.config.gen_top_k)) if gen else "logit"
         work, where, groups = [], [], []
@@ -601,32 +601,6 @@ class Judge:
         d = self.stats.as_dict()
         d["cache_entries"] = len(self.cache)
         return d
-
-
-class _SuffixTable:
-    """Criterion suffix token sequences of one call, deduplicated; parses generate-mode answers."""
-
-    def __init__(self, prompts: PromptBuilder, kind: str, generate: bool, labels=("1", "2")):
-        self.prompts, self.kind, self.generate = prompts, kind, generate
-        self.labels = tuple(lab.strip() for lab in labels)
-        self.table: list[tuple[int, ...]] = []
-        self.crits: list[Criterion] = []
-        self._index: dict[Criterion, int] = {}
-
-    def add(self, c: Criterion) -> int:
-        if c not in self._index:
-            self._index[c] = len(self.table)
-            self.table.append(self.prompts.suffix(self.kind, c, self.generate))
-            self.crits.append(c)
-        return self._index[c]
-
-    def __getitem__(self, i: int) -> tuple[int, ...]:
-        return self.table[i]
-
-    def parse(self, i: int, text: str) -> int:
-        if self.kind == "pair":
-            return _parse_pair(text, self.labels)
-        return _parse_score(text, self.crits[i].max_points)
 
 
 def _gen_pair_vals(v: float) -> np.ndarray:

@@ -191,5 +191,33 @@ class PromptBuilder:
         return tuple(resp_ids) + self.segments("pair", generate)["seg3"]
 
 
-__all__ = ["PromptConfig", "PromptBuilder", "VerdictTokenError", "verdict_token_ids", "digit_token_ids",
+__all__ = ["PromptConfig", "PromptBuilder", "SuffixTable", "VerdictTokenError", "verdict_token_ids", "digit_token_ids",
            "pairwise_criterion_text", "pointwise_criterion_text"]
+
+
+class SuffixTable:
+    """Criterion suffix token sequences of one call, deduplicated; parses generate-mode answers."""
+
+    def __init__(self, prompts: PromptBuilder, kind: str, generate: bool, labels=("1", "2")):
+        self.prompts, self.kind, self.generate = prompts, kind, generate
+        self.labels = tuple(lab.strip() for lab in labels)
+        self.table: list[tuple[int, ...]] = []
+        self.crits: list[Criterion] = []
+        self._index: dict[Criterion, int] = {}
+
+    def add(self, c: Criterion) -> int:
+        if c not in self._index:
+            self._index[c] = len(self.table)
+            self.table.append(self.prompts.suffix(self.kind, c, self.generate))
+            self.crits.append(c)
+        return self._index[c]
+
+    def __getitem__(self, i: int) -> tuple[int, ...]:
+        return self.table[i]
+
+    def parse(self, i: int, text: str) -> int:
+        from rubric_jax.judge.common import _parse_pair, _parse_score  # common imports this module
+
+        if self.kind == "pair":
+            return _parse_pair(text, self.labels)
+        return _parse_score(text, self.crits[i].max_points)

@@ -31,7 +31,9 @@ setup(
     ],
     extras_require={
         # torch is only the reference implementation in tests; 2.13.0 is the CPU wheel on disk.
-        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate", "peft", "openai"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate", "peft", "openai",
+                 # tests/test_colab_notebook.py executes launch/colab.ipynb
+                 "nbclient", "nbformat", "ipykernel"],
         "bench": ["trl", "peft"],
     },
 )

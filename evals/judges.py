@@ -167,11 +167,12 @@ def p_from_completion(text: str, top_logprobs) -> float | None:
 class RemoteJudge(_CachedJudge):
     """A judge served over an OpenAI-compatible chat API ("openai:MODEL@BASE_URL")."""
 
-    def __init__(self, spec: str, cache_dir: str, *, max_chars: int = 6000):
+    def __init__(self, spec: str, cache_dir: str, *, max_chars: int = 6000, **client_kw):
+        """client_kw: ChatClient settings (timeout_s, max_retries, backoff_s, concurrency)."""
         super().__init__(cache_dir)
         from rubric_jax.openai_client import ChatClient
 
-        self.client = ChatClient.from_spec(spec, cache_dir=os.path.join(cache_dir, "chat"))
+        self.client = ChatClient.from_spec(spec, cache_dir=os.path.join(cache_dir, "chat"), **client_kw)
         self.name = spec
         self.max_chars = max_chars
         # No weights to hash: the served model is identified by its name and URL.
@@ -203,10 +204,12 @@ class RemoteJudge(_CachedJudge):
         return out
 
 
-def make_judge(spec: str, cache_dir: str, **kw) -> _CachedJudge:
+def make_judge(spec: str, cache_dir: str, *, remote: dict | None = None, **kw) -> _CachedJudge:
+    """An OpenAI-compatible judge for "openai:MODEL@BASE_URL" (ChatClient settings from `remote`), else an
+    in-process one (`kw` for LocalJudge)."""
     spec = spec.strip()
     if not spec:
         raise ValueError("--judge: empty judge spec")
     if spec.startswith("openai:"):
-        return RemoteJudge(spec, cache_dir)
+        return RemoteJudge(spec, cache_dir, **(remote or {}))
     return LocalJudge(spec, cache_dir, **kw)

@@ -4,7 +4,8 @@
 
 --models: comma-separated name=spec; spec = embedded name | HF dir | .gguf | PEFT adapter dir | training workdir,
 several joined with '+' pooled as one contestant, or shuffled:<spec> (words shuffled, a known-worse contestant).
---judge / --judges: model path or embedded name (in-process) or openai:MODEL@BASE_URL (remote).
+--judge / --judges: model path or embedded name (in-process) or openai:MODEL@BASE_URL (remote; the key comes from
+OPENAI_API_KEY; --remote_timeout / --remote_retries / --remote_concurrency tune its client).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", default="", help="base model of PEFT adapters that do not name one")
     p.add_argument("--judge", default="", help="one judge")
     p.add_argument("--judges", default="", help="several judges, comma-separated (overrides --judge)")
+    p.add_argument("--remote_timeout", type=float, default=60.0, help="remote judge: seconds per request")
+    p.add_argument("--remote_retries", type=int, default=5,
+                   help="remote judge: retries of a request on 429, 5xx, timeouts and connection errors")
+    p.add_argument("--remote_concurrency", type=int, default=8, help="remote judge: requests in flight")
     p.add_argument("--criteria", default="overall", help="overall | rubric:NAME_OR_PATH")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--data", default="", help="prompts JSONL (default: evals/data/creative_writing_eval.jsonl)")
@@ -47,9 +52,12 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from evals.models import ModelSpecError
     from evals.suites import get_suite
+    from rubric_jax.openai_client import ChatError
 
-    if args.prompts < 0 or args.max_new_tokens < 1 or args.bootstrap < 0 or args.batch_size < 1:
-        print("error: --prompts >= 0, --max_new_tokens >= 1, --bootstrap >= 0, --batch_size >= 1", file=sys.stderr)
+    if (args.prompts < 0 or args.max_new_tokens < 1 or args.bootstrap < 0 or args.batch_size < 1
+            or args.remote_timeout <= 0 or args.remote_retries < 0 or args.remote_concurrency < 1):
+        print("error: --prompts >= 0, --max_new_tokens >= 1, --bootstrap >= 0, --batch_size >= 1, "
+              "--remote_timeout > 0, --remote_retries >= 0, --remote_concurrency >= 1", file=sys.stderr)
         return 2
     try:
         suite = get_suite(args.suite)
@@ -57,6 +65,11 @@ def main(argv=None) -> int:
     except (ModelSpecError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except ChatError as e:
+        # Every answer and verdict obtained so far is cached: the same command resumes from there.
+        print(f"error: remote judge: {e}\n(answers and verdicts received so far are cached; rerun to resume)",
+              file=sys.stderr)
+        return 1
     return 0
 
 

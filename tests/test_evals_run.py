@@ -370,3 +370,28 @@ def test_remote_judge_both_orders_and_cache(tmp_path):
     assert p[0, 0] > 0.9 and p[1, 0] < 0.1
     p2 = j.p_first("task", ["good answer", "bad answer"], [(0, 1), (1, 0)], [OVERALL])
     assert len(seen) == 2 and np.allclose(p, p2)  # served from the verdict cache
+
+
+@pytest.mark.slow
+def test_two_judges_one_in_process_one_remote(tmp_path, tmp_path_factory):
+    """--judges with an in-process judge and a remote one (our server) on the same tiny checkpoint: every
+    comparison is made by both, and the report carries their agreement."""
+    from serve_fixture import shared_server
+
+    base, log_path, _ = shared_server(tmp_path_factory)
+    ckpt = os.path.join(os.path.dirname(log_path), "tiny_qwen3")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "evals.run", "--suite=pairwise_elo", f"--models=a={ckpt},s=shuffled:{ckpt}",
+           f"--judges={ckpt},openai:tiny_qwen3@{base}", "--prompts=3", "--max_new_tokens=12", f"--out={out}",
+           f"--cache_dir={tmp_path / 'cache'}", "--bootstrap=50", "--quiet"]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    comps = np.load(out / "comparisons.npz")
+    assert len(comps["a"]) == 3 * 2 * 2  # prompts x both orders x judges
+    assert sorted(np.unique(comps["judge"]).tolist()) == sorted([ckpt, f"openai:tiny_qwen3@{base}"])
+    res = json.loads((out / "results.json").read_text())
+    agreement = res["judge_agreement"]
+    assert sorted(agreement["judges"]) == sorted([ckpt, f"openai:tiny_qwen3@{base}"])
+    assert np.asarray(agreement["n"]).shape == (2, 2)
+    assert res["eval"]["judges"] == [ckpt, f"openai:tiny_qwen3@{base}"]
+    assert "Judge agreement" in (out / "report.md").read_text()

@@ -211,3 +211,111 @@ def test_remote_judge_against_the_live_server(live, tmp_path):
     again = RemoteJudge(f"openai:tiny_qwen3@{base}", str(tmp_path / "judge"))
     np.testing.assert_array_equal(again.p_first("Write one line about rain.", answers, [(0, 1), (1, 0)], [OVERALL]), p)
     assert stats() - before == 2  # served from the caches: no new request
+
+
+# ---- the remote judge through a faulty proxy in front of the live server -------------------------------------------
+
+@pytest.fixture(scope="module")
+def faulty(live):
+    """A proxy to the live server that answers incoming requests from a script first: "429" (rate limited,
+    Retry-After: 0), "hang" (2 min, then an unreadable verdict, unless the client hangs up first), then forwards. Yields (base URL, the script to fill, counts)."""
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    base, _, _ = live
+    app = FastAPI()
+    script: list[str] = []
+    counts = {"in": 0, "forwarded": 0, "abandoned": 0}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        counts["in"] += 1
+        action = script.pop(0) if script else "forward"
+        if action == "429":
+            return JSONResponse({"error": {"message": "slow down"}}, 429, headers={"Retry-After": "0"})
+        if action == "hang":  # a late answer would be a wrong one: only a client that gave up gets it right
+            for _ in range(1200):
+                await asyncio.sleep(0.1)
+                if await request.is_disconnected():
+                    counts["abandoned"] += 1
+                    return JSONResponse({"error": {"message": "abandoned"}}, 504)
+            return OK_BODY
+        counts["forwarded"] += 1
+        async with httpx.AsyncClient(timeout=120) as http:
+            r = await http.post(f"{base}/chat/completions", content=await request.body(),
+                                headers={"content-type": "application/json"})
+        return JSONResponse(r.json(), r.status_code)
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           timeout_graceful_shutdown=1))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "proxy did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/v1", script, counts
+    server.should_exit = True
+    t.join(10)
+
+
+RAIN = ("Write one line about rain.",
+        ["The rain kept time on the tin roof all night.", "rain roof the night all time kept on tin The"])
+
+
+@pytest.mark.slow
+def test_remote_judge_rides_out_429_and_a_timeout(live, faulty, tmp_path):
+    """Through the proxy, the judge's requests meet two 429s and a hang longer than its timeout; it retries,
+    hangs up on the hang, and ends with exactly the completions the server gives when asked directly."""
+    import numpy as np
+
+    from evals.judges import OVERALL, RemoteJudge
+
+    base, _, _ = live
+    proxy, script, counts = faulty
+    pairs = [(0, 1), (1, 0)]
+    # directly first: the reference completions (and the server's programs for this shape compiled)
+    t0 = time.monotonic()
+    direct = RemoteJudge(f"openai:tiny_qwen3@{base}", str(tmp_path / "direct")).p_first(*RAIN, pairs, [OVERALL])
+    timeout = max(2.0, 4 * (time.monotonic() - t0))  # generous for a loaded machine, far below the 2 min hang
+    script[:] = ["429", "hang", "429"]
+    counts.update({"in": 0, "forwarded": 0, "abandoned": 0})
+    judge = RemoteJudge(f"openai:tiny_qwen3@{proxy}", str(tmp_path / "proxied"), timeout_s=timeout,
+                        backoff_s=0.05, max_retries=3)
+    p = judge.p_first(*RAIN, pairs, [OVERALL])
+    time.sleep(0.3)  # the proxy notices the hang-up within 0.1 s
+    assert counts == {"in": 5, "forwarded": 2, "abandoned": 1} and judge.client.http_requests == 5 and not script
+
+    def completions(d):
+        out = {}
+        for f in glob.glob(str(tmp_path / d / "chat" / "*.json")):
+            rec = json.load(open(f))
+            out[json.dumps(rec["request"]["messages"])] = rec["completion"]
+        return out
+
+    want, got = completions("direct"), completions("proxied")
+    assert len(want) == 2 and want.keys() == got.keys()
+    for k in want:  # float32 logprobs may differ between the server's batch shapes, the tokens may not
+        assert got[k]["text"] == want[k]["text"]
+        for a, b in zip(got[k]["top_logprobs"], want[k]["top_logprobs"], strict=True):
+            assert a.keys() == b.keys()
+            np.testing.assert_allclose([a[t] for t in b], list(b.values()), atol=1e-5)
+    np.testing.assert_allclose(p, direct, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_remote_judge_gives_up_with_a_clear_error_and_resumes_from_its_cache(faulty, tmp_path):
+    from evals.judges import OVERALL, RemoteJudge
+
+    proxy, script, counts = faulty
+    cache = str(tmp_path / "judge")
+    script[:] = ["429"] * 50
+    judge = RemoteJudge(f"openai:tiny_qwen3@{proxy}", cache, backoff_s=0.01, max_retries=1)
+    with pytest.raises(ChatError, match=r"giving up after 2 attempts.*HTTP 429: slow down"):
+        judge.p_first(*RAIN, [(0, 1), (1, 0)], [OVERALL])
+    script.clear()
+    counts.update({"in": 0, "forwarded": 0, "abandoned": 0})
+    p = RemoteJudge(f"openai:tiny_qwen3@{proxy}", cache).p_first(*RAIN, [(0, 1), (1, 0)], [OVERALL])
+    assert p.shape == (2, 1) and counts["forwarded"] == 2  # nothing half-written was served from the cache

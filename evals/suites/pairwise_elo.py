@@ -10,7 +10,6 @@ go to `evals.bradley_terry.rate`, the result to `evals.report.write_report`.
 from __future__ import annotations
 
 import json
-import logging
 import os
 
 import numpy as np
@@ -18,8 +17,8 @@ import numpy as np
 from evals.generate import GenSettings, generate_answers, word_count
 from evals.judges import make_judge, parse_criteria
 from evals.models import load_contestants, parse_models
+from evals.report import write_report
 
-log = logging.getLogger(__name__)
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                                "creative_writing_eval.jsonl")
@@ -117,7 +116,9 @@ def run(args) -> dict:
                                 "answers": {n: [a[q] for a in answers[n]] for n in answers}},
                                ensure_ascii=False) + "\n")
 
-    judges = [(spec, make_judge(spec, cache_dir)) for spec in judge_specs]
+    remote = dict(timeout_s=args.remote_timeout, max_retries=args.remote_retries,
+                  concurrency=args.remote_concurrency)
+    judges = [(spec, make_judge(spec, cache_dir, remote=remote)) for spec in judge_specs]
     comps = collect(prompts, answers, judges, criteria, progress=not args.quiet)
     np.savez(os.path.join(args.out, "comparisons.npz"), **comps)
 
@@ -134,13 +135,6 @@ def run(args) -> dict:
         "judge_fingerprints": {spec: j.fingerprint for spec, j in judges},
     }
     title = args.title or f"pairwise_elo: {', '.join(names)} ({len(prompts)} prompts)"
-    try:
-        from evals.report import write_report
-    except ImportError as e:  # the report module is someone else's: still leave the numbers behind
-        log.warning("evals.report unavailable (%s): writing results.json only", e)
-        with open(os.path.join(args.out, "results.json"), "w") as f:
-            json.dump(result, f, indent=2)
-    else:
-        write_report(result, args.out, title=title)
+    write_report(result, args.out, title=title)
     print(format_table(result), flush=True)
     return result

@@ -260,3 +260,40 @@ def test_reordered():
     assert r2.ids[:3] == (r.ids[2], r.ids[0], r.ids[1]) and r2.ids[3:] == r.ids[3:]
     with pytest.raises(RubricError, match="order"):
         r.reordered([0, 0] + list(range(2, 13)))
+
+
+def test_binary_criterion_scores_zero_or_max_and_round_trips():
+    d = {"id": "hook", "name": "Opening hook", "check": "Does the first shot pose a question?", "max_points": 3,
+         "scoring": "binary", "levels": ["The first shot poses no question.", "The first shot poses a question."]}
+    c = Criterion.from_dict(d)
+    assert c.scores == (0, 3) and c.level_text(3) == d["levels"][1] and c.level_text(0) == d["levels"][0]
+    assert Criterion.from_dict(c.to_dict()) == c and c.to_dict()["scoring"] == "binary"
+    with pytest.raises(ValueError):
+        c.level_text(1)  # not an allowed score
+    # a levels criterion does not write the default scoring field (existing JSON is unchanged)
+    lv = Criterion("a", "A", "check", ("0", "1", "2"), max_points=2)
+    assert lv.scores == (0, 1, 2) and "scoring" not in lv.to_dict()
+    # a replacement of a binary criterion keeps id and max but may use every level
+    r = Rubric("r", (c, lv))
+    new = Criterion("hook", "Hook", "How strongly does the opening pull?", ("none", "weak", "fair", "strong"),
+                    max_points=3)
+    assert r.replace_criterion("hook", new)["hook"].scores == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("patch,fragment", [
+    ({"levels": ["only one"]}, "criteria[0].levels: a binary criterion has 2 level descriptions"),
+    ({"levels": ["a", "b", "c", "d"]}, "criteria[0].levels: a binary criterion has 2"),
+    ({"scoring": "graded"}, "criteria[0].scoring: unknown scoring 'graded'"),
+])
+def test_binary_criterion_errors(patch, fragment):
+    d = {"id": "x", "name": "X", "check": "c?", "max_points": 3, "scoring": "binary", "levels": ["no", "yes"]}
+    with pytest.raises(RubricError) as e:
+        Rubric.from_dict({"name": "r", "criteria": [d | patch]})
+    assert fragment in str(e.value)
+
+
+def test_binary_criterion_prompt_shows_only_its_two_scores():
+    from rubric_jax.judge.prompts import pointwise_criterion_text
+
+    c = Criterion("x", "X", "Is it so?", ("It is not.", "It is."), max_points=4, scoring="binary")
+    assert pointwise_criterion_text(c) == "X: Is it so?\nScores:\n0: It is not.\n4: It is."

@@ -49,6 +49,7 @@ POINTWISE_QUESTION_GEN = ("Grade the response on the criterion below with one of
                           "sentences of reasons, then a last line of the form \"Score: N\".")
 PAIRWISE_REMINDER = "\n\nOn this criterion, is {L1} or {L2} better?"
 POINTWISE_REMINDER = "\n\nWhich score from 0 to {MAX}?"
+POINTWISE_REMINDER_BINARY = "\n\nWhich score, 0 or {MAX}?"
 PAIRWISE_CUE = "Better response:"
 POINTWISE_CUE = "Score: "
 
@@ -71,6 +72,7 @@ class PromptConfig:
     # small judges weigh what they read last. "" drops it.
     pairwise_reminder: str = PAIRWISE_REMINDER
     pointwise_reminder: str = POINTWISE_REMINDER
+    pointwise_reminder_binary: str = POINTWISE_REMINDER_BINARY  # for criteria scored 0 or max only
 
     def fingerprint(self) -> str:
         """Changes whenever the text the judge reads changes (part of every cache key)."""
@@ -109,7 +111,7 @@ def pairwise_criterion_text(c: Criterion) -> str:
 
 
 def pointwise_criterion_text(c: Criterion) -> str:
-    levels = "\n".join(f"{k}: {text}" for k, text in enumerate(c.levels))
+    levels = "\n".join(f"{k}: {c.level_text(k)}" for k in c.scores)
     return f"{c.name}: {c.check}\nScores:\n{levels}"
 
 
@@ -179,7 +181,8 @@ class PromptBuilder:
         if kind == "pair":
             text = pairwise_criterion_text(c) + self.cfg.pairwise_reminder.format(L1=l1, L2=l2)
         else:
-            text = pointwise_criterion_text(c) + self.cfg.pointwise_reminder.format(MAX=c.max_points)
+            reminder = self.cfg.pointwise_reminder_binary if c.scoring == "binary" else self.cfg.pointwise_reminder
+            text = pointwise_criterion_text(c) + reminder.format(MAX=c.max_points)
         return self._enc(text + seg["tail"])
 
     def head(self, kind: str, prompt_ids, resp_ids, generate: bool = False) -> tuple[int, ...]:

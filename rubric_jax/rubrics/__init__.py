@@ -2,6 +2,7 @@
 
 from rubric_jax.rubrics.types import (
     POLARITIES,
+    SCORINGS,
     Criterion,
     Rubric,
     RubricError,
@@ -12,6 +13,7 @@ from rubric_jax.rubrics.types import (
 
 __all__ = [
     "POLARITIES",
+    "SCORINGS",
     "Criterion",
     "Rubric",
     "RubricError",

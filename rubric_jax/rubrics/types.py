@@ -15,7 +15,8 @@ JSON form (one object per rubric)::
                    "check": "...", "max_points": 4, "polarity": "positive",
                    "levels": ["<score 0>", "<score 1>", "...", "<score 4>"]}]}
 
-`levels[k]` describes score k. Validation errors are `RubricError` (a ValueError) whose message
+`levels[k]` describes score k. A criterion with `"scoring": "binary"` is scored 0 or max_points and nothing
+in between (RARE's initial per-query criteria): it has two levels, for 0 and for max_points. Validation errors are `RubricError` (a ValueError) whose message
 starts with the path of the offending field, e.g. ``criteria[3].levels: ...``.
 """
 
@@ -33,7 +34,8 @@ DEFAULT_BINARY_LEVELS = (
     "Met: the response satisfies this criterion.",
 )
 
-_CRITERION_KEYS = ("id", "name", "check", "levels", "max_points", "polarity")
+SCORINGS = ("levels", "binary")
+_CRITERION_KEYS = ("id", "name", "check", "levels", "max_points", "polarity", "scoring")
 _RUBRIC_KEYS = ("name", "version", "description", "criteria")
 
 
@@ -57,7 +59,8 @@ def _check_str(value: Any, path: str, *, allow_empty: bool = False) -> None:
 
 
 def _validate_criterion_fields(
-    id: Any, name: Any, check: Any, levels: Any, max_points: Any, polarity: Any, path: str
+    id: Any, name: Any, check: Any, levels: Any, max_points: Any, polarity: Any, path: str,
+    scoring: Any = "levels",
 ) -> None:
     _check_str(id, f"{path}.id")
     _check_str(name, f"{path}.name")
@@ -66,9 +69,15 @@ def _validate_criterion_fields(
         _fail(f"{path}.max_points", f"expected an integer, got {type(max_points).__name__}")
     if max_points < 1:
         _fail(f"{path}.max_points", f"must be >= 1, got {max_points}")
+    if scoring not in SCORINGS:
+        _fail(f"{path}.scoring", f"unknown scoring {scoring!r}; expected one of {SCORINGS}")
     if not isinstance(levels, (list, tuple)):
         _fail(f"{path}.levels", f"expected a list of strings, got {type(levels).__name__}")
-    if len(levels) != max_points + 1:
+    if scoring == "binary":
+        if len(levels) != 2:
+            _fail(f"{path}.levels", f"a binary criterion has 2 level descriptions (0 and {max_points}), "
+                                    f"got {len(levels)}")
+    elif len(levels) != max_points + 1:
         _fail(
             f"{path}.levels",
             f"expected {max_points + 1} level descriptions (0..{max_points}), got {len(levels)}",
@@ -92,6 +101,8 @@ class Criterion:
     max_points: top of the integer scale (m_j in RARE).
     polarity:   "positive" (full marks when a quality is fully present), "negative" (full marks
                 when a flaw is absent) or "mixed".
+    scoring:    "levels" (any integer 0..max_points; levels[k] describes k) or "binary" (0 or
+                max_points only; levels = (text for 0, text for max_points)).
     """
 
     id: str
@@ -100,11 +111,23 @@ class Criterion:
     levels: tuple[str, ...] | None = None
     max_points: int = 1
     polarity: str = "positive"
+    scoring: str = "levels"
+
+    @property
+    def scores(self) -> tuple[int, ...]:
+        """The integer scores a judge may give: 0..max_points, or (0, max_points) when binary."""
+        return (0, self.max_points) if self.scoring == "binary" else tuple(range(self.max_points + 1))
+
+    def level_text(self, score: int) -> str:
+        """The description of one allowed score."""
+        return self.levels[self.scores.index(score)]
 
     def __post_init__(self) -> None:
         levels = self.levels
         if levels is None:
-            if self.max_points != 1:
+            if self.scoring == "binary":
+                levels = DEFAULT_BINARY_LEVELS
+            elif self.max_points != 1:
                 _fail(
                     f"criterion {self.id!r}.levels",
                     f"must be given when max_points != 1 (max_points={self.max_points})",
@@ -115,7 +138,7 @@ class Criterion:
         object.__setattr__(self, "levels", levels)
         _validate_criterion_fields(
             self.id, self.name, self.check, levels, self.max_points, self.polarity,
-            f"criterion {self.id!r}" if isinstance(self.id, str) else "criterion",
+            f"criterion {self.id!r}" if isinstance(self.id, str) else "criterion", self.scoring,
         )
 
     @classmethod
@@ -129,18 +152,19 @@ class Criterion:
             if key not in d:
                 _fail(f"{path}.{key}", "missing required field")
         max_points = d.get("max_points", 1)
+        scoring = d.get("scoring", "levels")
         levels = d.get("levels")
         if levels is None:
-            if "max_points" in d and max_points != 1:
+            if "max_points" in d and max_points != 1 and scoring != "binary":
                 _fail(f"{path}.levels", "missing required field (needed when max_points != 1)")
             levels = DEFAULT_BINARY_LEVELS
         polarity = d.get("polarity", "positive")
         _validate_criterion_fields(
-            d["id"], d["name"], d["check"], levels, max_points, polarity, path
+            d["id"], d["name"], d["check"], levels, max_points, polarity, path, scoring
         )
         return cls(
             id=d["id"], name=d["name"], check=d["check"], levels=tuple(levels),
-            max_points=max_points, polarity=polarity,
+            max_points=max_points, polarity=polarity, scoring=scoring,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,7 +175,7 @@ class Criterion:
             "max_points": self.max_points,
             "polarity": self.polarity,
             "levels": list(self.levels),
-        }
+        } | ({"scoring": self.scoring} if self.scoring != "levels" else {})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -382,3 +382,43 @@ def test_smollm2_prefers_coherent_answers(smollm2, smollm2_tokenizer):
     flipped = j.pairwise_batch(prompts, [g[::-1] for g in groups], [crit])
     np.testing.assert_allclose([r.p[1, 0, 0] for r in flipped], p, atol=1e-6)
     assert j.stats.judgments == 2 * len(QA)  # the flipped listing is served from the cache
+
+
+BINARY = Criterion(id="sea", name="Sea", check="The text mentions the sea.", max_points=3, scoring="binary",
+                   levels=("The sea is not mentioned.", "The sea is mentioned."))
+
+
+@pytest.mark.slow
+def test_binary_criterion_reads_only_zero_or_max(judge, tiny_qwen3_model, qwen_tokenizer):
+    """A binary criterion's verdict is read over the digits 0 and m only: probabilities equal a softmax of
+    the reference model's logits at those two digits, and the hard score is one of them."""
+    from rubric_jax.judge.prompts import digit_token_ids
+
+    soft = judge.pointwise(PROMPT, RESPONSES, [BINARY], mode="logit")
+    hard = judge.pointwise(PROMPT, RESPONSES, [BINARY], mode="hard")
+    pb = PromptBuilder(qwen_tokenizer)
+    seqs = [pb.head("point", qwen_tokenizer.encode(PROMPT), qwen_tokenizer.encode(r)) + pb.suffix("point", BINARY)
+            for r in RESPONSES]
+    ref = _softmax(_reference(tiny_qwen3_model, qwen_tokenizer, seqs, digit_token_ids(qwen_tokenizer, 3))[:, [0, 3]])
+    np.testing.assert_allclose(soft.probs[:, 0, [0, 3]], ref, atol=2e-5)
+    assert soft.probs[:, 0, [1, 2]].sum() == 0
+    np.testing.assert_allclose(soft.scores[:, 0], 3 * ref[:, 1], atol=1e-4)
+    np.testing.assert_array_equal(hard.scores[:, 0], np.where(ref[:, 1] > ref[:, 0], 3, 0))
+
+
+def test_generate_parse_and_seeds_for_binary_criteria(qwen_tokenizer):
+    from rubric_jax.judge.packing import sequence_keys
+    from rubric_jax.judge.prompts import SuffixTable
+
+    table = SuffixTable(PromptBuilder(qwen_tokenizer), "point", True)
+    i = table.add(BINARY)
+    assert table.parse(i, "It does.\nScore: 3") == 3 and table.parse(i, "Score: 0") == 0
+    assert table.parse(i, "Score: 2") == -1  # between the two allowed scores: unreadable
+    j = table.add(CRITERIA[1])
+    assert table.parse(j, "Score: 2") == 2
+    import jax
+
+    seqs = [(1, 2, 3), (4, 5)]
+    k0, k0b, k1 = sequence_keys(seqs), sequence_keys(seqs, 0), sequence_keys(seqs, 1)
+    assert (jax.random.key_data(k0) == jax.random.key_data(k0b)).all()
+    assert not (jax.random.key_data(k0) == jax.random.key_data(k1)).all(axis=-1).any()

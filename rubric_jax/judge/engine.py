@@ -287,9 +287,9 @@ class Judge:
                 results[key] = (vl[i], lse[i])
         return results
 
-    def _run_generate(self, seqs: list[tuple[int, ...]]) -> list[str]:
+    def _run_generate(self, seqs: list[tuple[int, ...]], seed: int = 0) -> list[str]:
         """Generated text per judged sequence. Each sequence samples with its own key, a hash of its tokens
-        (`_sequence_keys`), so its text does not depend on how the sequences are packed into calls."""
+        (`sequence_keys`) and `seed`, so its text does not depend on how the sequences are packed into calls."""
         from rubric_jax.sampling import sample
 
         cfg = self.config
@@ -303,7 +303,7 @@ class Judge:
             out = sample(self.model, padded, max_new_tokens=cfg.gen_max_new_tokens, num_samples=1,
                          temperature=cfg.gen_temperature, top_k=cfg.gen_top_k,
                          eos_ids=(-1,) if cfg.gen_ignore_eos else self.tokenizer.eos_ids,
-                         pad_id=self.tokenizer.pad_id, prompt_keys=sequence_keys(padded),
+                         pad_id=self.tokenizer.pad_id, prompt_keys=sequence_keys(padded, seed),
                          prompt_length=bucket(max(map(len, chunk)), cfg.len_steps))
             toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
             self.stats.model_calls += 1
@@ -334,7 +334,8 @@ class Judge:
             raise ValueError(f"mode: unknown {mode!r}; expected one of {MODES}")
         return mode
 
-    def _score(self, kind: str, mode: str, work: list[tuple], suffix_of, ids: list[int], sharing: str):
+    def _score(self, kind: str, mode: str, work: list[tuple], suffix_of, ids: list[int], sharing: str,
+               seed: int = 0):
         """work: list of (cache key, head, body, suffix table index). Returns {cache key: array}.
 
         Array: [verdict logits..., lse] for logit/hard, [parsed verdict] for generate.
@@ -355,7 +356,7 @@ class Judge:
         self.stats.judgments += len(todo)
         if mode == "generate":
             seqs = [head + body + suffix_of[si] for _, head, body, si in todo]
-            texts = self._run_generate(seqs)
+            texts = self._run_generate(seqs, seed)
             for (key, _, _, si), text in zip(todo, texts):
                 v = np.asarray([suffix_of.parse(si, text)], np.float32)
                 out[key] = v
@@ -513,9 +514,10 @@ class Judge:
         return self.pointwise_batch([prompt], [responses], criteria, mode=mode, sharing=sharing)[0]
 
     def pointwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
-                        mode: str | None = None, sharing: str | None = None) -> list[PointwiseResult]:
+                        mode: str | None = None, sharing: str | None = None, seed: int = 0) -> list[PointwiseResult]:
         """Scores several prompts' groups together. No call-level randomness: logit/hard modes are
-        deterministic and generate mode keys each judged sequence by its tokens (see `_run_generate`)."""
+        deterministic and generate mode keys each judged sequence by its tokens and `seed` (see
+        `_run_generate`; another seed is another sample, e.g. to retry an unreadable answer)."""
         t0 = time.perf_counter()
         mode = self._mode(mode)
         sharing = sharing or self.config.sharing
@@ -525,7 +527,7 @@ class Judge:
         ids = digit_token_ids(self.tokenizer, m_all)
         suffix_of = SuffixTable(self.prompts, "point", gen)
         mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
-                                    self.config.gen_top_k)) if gen else "logit"
+                                    self.config.gen_top_k, seed)) if gen else "logit"
         work, where, groups = [], [], []
         for prompt, resps, crits in zip(prompts, responses, per_prompt):
             p_ids, r_ids, d_p, d_r = self._prep(prompt, resps)
@@ -538,7 +540,7 @@ class Judge:
                                             "", criterion_digest(cr))
                     work.append((key, head, (), suffix_of.add(cr)))
                     where.append((gr, a, c, key))
-        got = self._score("point", mode, work, suffix_of, ids, sharing)
+        got = self._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
         for gr in groups:
             gr["raw"] = {}
         for gr, a, c, key in where:
@@ -563,17 +565,19 @@ class Judge:
                 valid[a, c] = s >= 0
                 scores[a, c] = max(s, 0)
                 continue
-            lg = v[: m + 1].astype(np.float64)
+            # Only the criterion's own scores compete (0 or m for a binary criterion, 0..m otherwise).
+            allowed = np.asarray(crits[c].scores)
+            lg = v[allowed].astype(np.float64)
             mx = lg.max()
             e = np.exp(lg - mx)
             pr = e / e.sum()
-            probs[a, c, : m + 1] = pr
+            probs[a, c, allowed] = pr
             mass = math.log(e.sum()) + mx - float(v[-1])
             ok = bool(np.all(np.isfinite(pr)))
             if self.config.min_verdict_mass > 0:
                 ok &= mass >= math.log(self.config.min_verdict_mass)
             valid[a, c] = ok
-            scores[a, c] = float(np.argmax(pr)) if mode == "hard" else float(np.dot(pr, np.arange(m + 1)))
+            scores[a, c] = float(allowed[np.argmax(pr)]) if mode == "hard" else float(np.dot(pr, allowed))
         scores = np.where(valid, scores, 0.0).astype(np.float32)
         self.stats.invalid += int((~valid).sum())
         if mode == "generate":

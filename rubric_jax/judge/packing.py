@@ -48,11 +48,11 @@ def group_rng(seed, group_id: int) -> np.random.Generator:
     return np.random.default_rng((int(seed), group_id))
 
 
-def sequence_keys(seqs: Sequence[Sequence[int]]) -> jax.Array:
-    """One PRNG key per token sequence, from a hash of its tokens: key(0) folded with two 32-bit words."""
+def sequence_keys(seqs: Sequence[Sequence[int]], seed: int = 0) -> jax.Array:
+    """One PRNG key per token sequence, from a hash of its tokens: key(seed) folded with two 32-bit words."""
     words = np.zeros((len(seqs), 2), np.uint32)
     for i, s in enumerate(seqs):
         h = hashlib.sha256(np.asarray(s, np.int64).tobytes()).digest()
         words[i] = np.frombuffer(h[:8], np.uint32)
-    fold = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(jax.random.key(0), w[0]), w[1]))
+    fold = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), w[0]), w[1]))
     return fold(jnp.asarray(words))

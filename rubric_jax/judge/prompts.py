@@ -223,4 +223,5 @@ class SuffixTable:
 
         if self.kind == "pair":
             return _parse_pair(text, self.labels)
-        return _parse_score(text, self.crits[i].max_points)
+        s = _parse_score(text, self.crits[i].max_points)
+        return s if s in self.crits[i].scores else -1  # a binary criterion's 2 of 4 is unreadable

@@ -73,7 +73,8 @@ def _error(d) -> str:
 
 
 def test_builtin_names():
-    assert builtin_rubric_names() == ("creative_writing", "health")
+    assert builtin_rubric_names() == ("creative_writing", "health", "script_2d_animation", "script_3d_stop_motion",
+                                      "script_live_action")
 
 
 @pytest.mark.parametrize("name,order", [("creative_writing", CW_ORDER), ("health", HEALTH_ORDER)])

@@ -32,8 +32,18 @@ with ``<file>:<line>:`` and says what is wrong: malformed JSON, a missing or emp
 a duplicate id, an unknown key.
 
 Bundled sets (written for this project): ``load_jsonl("creative_writing")`` (200 creative-writing prompts:
-stories, scenes, poems, monologues, letters, across genres; some with checkable constraints) and
-``load_jsonl("health")`` (101 consumer health questions with a ``meta.category``; questions only, no answers).
+stories, scenes, poems, monologues, letters, across genres; some with checkable constraints),
+``load_jsonl("health")`` (101 consumer health questions with a ``meta.category``; questions only, no answers),
+and the short-video script requests used by RARE, ``load_jsonl("scripts")`` (96 training requests, 32 per
+video type) and ``load_jsonl("scripts_test")`` (18 held-out requests, 6 per type, with different premises).
+Each script request states pre-production intent (premise, tone, audience, visual style, length or shot
+limits) and leaves out the ending, character names and timestamps. Its ``task`` is ``"script_2d_animation"``,
+``"script_3d_stop_motion"`` or ``"script_live_action"``, which is also the name of that type's shared
+six-criterion rubric (the task-level rubric); ``meta`` holds ``video_type`` (``"2d_animation"``,
+``"3d_stop_motion"`` or ``"live_action"``) and ``split`` (``"train"`` or ``"test"``). ``rubric`` is the request's
+own inline rubric (the sample-level rubric): 5 to 8 binary criteria (scored 0 or ``max_points``), mixing checks
+specific to the request with general script quality, and always exactly one content-density criterion (its id
+contains ``density``).
 """
 
 from rubric_jax.data.jsonl import (

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-BUNDLED = ("creative_writing", "health")
+BUNDLED = ("creative_writing", "health", "scripts", "scripts_test")
 _KEYS = ("id", "prompt", "task", "rubric", "constraints", "system", "meta")
 
 
@@ -151,7 +151,7 @@ def parse_jsonl(text: str, source: str = "<string>") -> list[PromptRecord]:
 
 
 def bundled_path(name: str):
-    """The importlib.resources handle of a bundled prompt file ("creative_writing" or "health")."""
+    """The importlib.resources handle of a bundled prompt file (a name in `BUNDLED`)."""
     from importlib import resources
 
     return resources.files("rubric_jax.data") / f"{name}.jsonl"

@@ -33,6 +33,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.max_prompt_len = 768
     c.max_completion_len = 1024
     c.rubric = "creative_writing"
+    # Where each prompt's rubric comes from: "config" (c.rubric for all), "record" (the record's own rubric,
+    # else c.rubric), "task" (the built-in rubric named by the record's task, else c.rubric).
+    c.rubric_source = "config"
     c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0))
     c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=20, top_p=0.8, min_p=0.0))
     c.lora = ml_collections.ConfigDict(dict(rank=32, alpha=32.0, dropout=0.05, targets=list(ALL_TARGETS)))
@@ -49,6 +52,17 @@ def base_config() -> ml_collections.ConfigDict:
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
         usefulness_coef=0.0))
+    # RARE (reward.judging="rare"; docs/rare.md): integer scores, saturated-criterion replacement.
+    c.rare = ml_collections.ConfigDict(dict(
+        level="sample",  # sample (replace saturated criteria) | static (score only)
+        direction="negative",  # negative | positive | mixed
+        budget=3,  # B: at most this many criteria replaced per group
+        score_mode="hard",  # hard (argmax over the allowed digits) | generate (rationale, then "Score: N")
+        min_score_mass=0.5,  # hard: unreadable when the allowed digits hold less next-token probability
+        retry=True,  # an unreadable score is read once more in generate mode with its own seed
+        retry_max_new_tokens=64,
+        writer="local",  # local (the frozen base, JSON-schema-constrained) | openai:MODEL@BASE_URL
+        writer_attempts=3, writer_temperature=0.2, writer_max_response_tokens=384, writer_max_new_tokens=1024))
     c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=3))
     c.tensorboard = True
     c.profile_steps = -1  # a step index (or "3,5") to trace with jax.profiler into workdir/profile
@@ -79,14 +93,59 @@ def tiny_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
+def rare_overrides(c: ml_collections.ConfigDict, *, level: str, source: str) -> ml_collections.ConfigDict:
+    """RARE's setting ("RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation",
+    appendix "Training and Rubric Evolution"): the bundled script requests, integer rubric scores, G = 8,
+    32 queries per step, GRPO advantages normalised by the group's std, a token-mean PPO loss clipped at 0.2
+    with dual clip 3, k3 KL 0.001, lr 1e-6. The paper trains full parameters; this trains LoRA adapters."""
+    c.data.path = "scripts"
+    c.rubric = ""  # every bundled script record carries its rubric; "task" uses its type's shared rubric
+    c.rubric_source = source
+    c.reward.judging = "rare"
+    c.reward.curriculum = False
+    c.reward.weighting = "equal"
+    c.rare.level = level
+    c.prompts_per_step = 32
+    c.group_size = 8
+    c.max_prompt_len = 1024
+    c.max_completion_len = 2048
+    c.judge.max_response_tokens = 2048
+    c.optim.lr = 1e-6
+    c.optim.warmup_steps = 0
+    c.optim.schedule = "constant"
+    c.loss.advantage = "grpo"
+    c.loss.aggregation = "token_mean"
+    c.loss.eps_low = c.loss.eps_high = 0.2
+    c.loss.dual_clip = 3.0
+    c.loss.kl_coef = 0.001
+    c.loss.kl_kind = "k3"
+    c.steps = 6  # two epochs (the paper's length) of the 90 bundled training requests at 32 per step
+    return c
+
+
+def rare_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """RARE's additions to `tiny_overrides`: a group of 4 (saturation needs a group), one replacement per
+    event, and short writer inputs and outputs."""
+    c.group_size = 4
+    c.max_completion_len = 24
+    c.judge.max_response_tokens = 32
+    c.loss.micro_batch_size = 8
+    c.rare.budget = 1
+    c.rare.writer_max_response_tokens = 48
+    c.rare.writer_max_new_tokens = 512
+    return c
+
+
 VARIANTS = ("tiny",)
 
 
-def finalize(c: ml_collections.ConfigDict, variant: str | None = None) -> ml_collections.ConfigDict:
-    """Applies the variant (":tiny" after the config path) and locks the config, so that a misspelt
-    override (--config.stpes=5) is an error rather than a silent no-op."""
+def finalize(c: ml_collections.ConfigDict, variant: str | None = None, tiny=None) -> ml_collections.ConfigDict:
+    """Applies the variant (":tiny" after the config path; `tiny`: a method's own additions to it) and locks
+    the config, so that a misspelt override (--config.stpes=5) is an error rather than a silent no-op."""
     if variant == "tiny":
         tiny_overrides(c)
+        if tiny is not None:
+            tiny(c)
     elif variant:
         raise ValueError(f"unknown config variant {variant!r} (expected none or one of {VARIANTS})")
     c.lock()

@@ -30,7 +30,7 @@ from rubric_jax.rubrics import Criterion, Rubric
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    judging: str = "pairwise"  # pairwise | absolute
+    judging: str = "pairwise"  # pairwise | absolute | rare (rubric_jax.rl.rare_phase)
     curriculum: bool = True
     interval: int = 100  # steps between criterion introductions
     weighting: str = "emphasis"  # emphasis | equal
@@ -44,8 +44,11 @@ class RewardConfig:
     usefulness_coef: float = 0.0
 
     def __post_init__(self):
-        if self.judging not in ("pairwise", "absolute"):
-            raise ValueError(f"reward.judging must be pairwise or absolute, got {self.judging!r}")
+        if self.judging not in ("pairwise", "absolute", "rare"):
+            raise ValueError(f"reward.judging must be pairwise, absolute or rare, got {self.judging!r}")
+        if self.judging == "rare" and (self.curriculum or self.dropout_q):
+            raise ValueError("reward.judging='rare' scores every criterion of each query's rubric: set "
+                             "reward.curriculum=False and reward.dropout_q=0")
         if self.weighting not in R.CURRICULUM_MODES:
             raise ValueError(f"reward.weighting must be one of {R.CURRICULUM_MODES}, got {self.weighting!r}")
         if self.order not in ("paper", "random"):

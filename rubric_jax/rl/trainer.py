@@ -28,7 +28,7 @@ from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
-from rubric_jax.rl import diagnostics
+from rubric_jax.rl import diagnostics, rare_phase
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
@@ -63,6 +63,7 @@ class Setup:
     hosts: Hosts
     base_local: Any  # the frozen base on this process' devices (the judge's and the bonuses' model)
     shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
+    rare: rare_phase.RareRuntime | None = None  # reward.judging="rare": rubric store, scorer, criterion writer
 
     def local_policy(self) -> Policy:
         """The current policy on this process' devices (sampling, usefulness bonus)."""
@@ -131,8 +132,15 @@ def build(config) -> Setup:
     judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
                   max_response_tokens=config.judge.max_response_tokens)
     reward_cfg = RewardConfig(**config.reward.to_dict())
-    criteria = ordered_criteria(load_rubric(config.rubric), reward_cfg)
-    judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
+    if config.rubric_source != "config" and reward_cfg.judging != "rare":
+        raise ValueError(f"rubric_source={config.rubric_source!r} (per-query rubrics) is implemented for "
+                         f"reward.judging='rare'; pairwise/absolute judging use config.rubric")
+    default_rubric = load_rubric(config.rubric) if config.rubric else None
+    criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
+    if reward_cfg.judging != "rare":
+        if not criteria:
+            raise ValueError("config.rubric is empty: pairwise/absolute judging needs a rubric")
+        judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
     records = load_jsonl(config.data.path)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
@@ -142,8 +150,11 @@ def build(config) -> Setup:
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")
+    rare = None
+    if reward_cfg.judging == "rare":
+        rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records)
     return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
-                 base_local, shapes)
+                 base_local, shapes, rare)
 
 
 def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
@@ -168,6 +179,11 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     setup.policy.opt_state = state["opt_state"]
     setup.policy.total_bad_steps = int(meta.get("skipped_updates", 0))
     setup.data_iter.set_state(meta["data"])
+    if setup.rare is not None:
+        if "rubrics" not in meta:
+            raise ValueError(f"checkpoint {step} in {ckpt.directory} has no rubric store: it was written by a run "
+                             f"without reward.judging='rare'")
+        setup.rare.store.set_state(meta["rubrics"])
     log.info("resumed from %s at step %d", ckpt.directory, step)
     return step
 
@@ -218,11 +234,16 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
             responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
 
         with timer.phase("judge"):
-            weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
-            with JudgePadding(setup.judge) as judge_pad:
-                r_bg, rows["judge"] = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights,
-                                                    setup.reward_cfg, seed=step,
-                                                    group_ids=range(first, first + len(records)))
+            weights = None
+            if setup.rare is not None:  # scoring, and writing and rescoring replacements (time/judge)
+                with JudgePadding(setup.rare.scorer.judge) as judge_pad:
+                    r_bg, rows["judge"] = rare_phase.judge(setup.rare, records, prompts, responses, step)
+            else:
+                weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
+                with JudgePadding(setup.judge) as judge_pad:
+                    r_bg, rows["judge"] = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights,
+                                                        setup.reward_cfg, seed=step,
+                                                        group_ids=range(first, first + len(records)))
 
         with timer.phase("reward"):
             rows["judge_reward"] = r_bg
@@ -234,6 +255,8 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
 
     with timer.phase("pool"):  # also where processes wait for the slowest one
         pooled = hosts.merged(rows)
+        if setup.rare is not None:  # every process applies every process' replacements, in process order
+            rare_phase.commit(setup.rare, pooled["judge"])
         # Advantages from the global batch (a group never spans processes, but a batch-level
         # normalisation would): every process computes all of them and keeps its own rows.
         adv_all = np.asarray(advantages(jnp.asarray(pooled["reward"]), kind=cfg.loss.advantage))
@@ -250,7 +273,10 @@ def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weig
     """Every logged figure of a step, from the rows pooled over all processes (the same on each)."""
     r_bg = pooled["reward"]
     metrics: dict[str, float] = {**padding_metrics(pooled["padding"]), **judge_time}
-    metrics.update(judge_metrics(pooled["judge"], setup.criteria, weights, setup.reward_cfg))
+    if setup.rare is not None:
+        metrics.update(rare_phase.metrics(pooled["judge"]))
+    else:
+        metrics.update(judge_metrics(pooled["judge"], setup.criteria, weights, setup.reward_cfg))
     metrics["reward/judge_mean"] = float(pooled["judge_reward"].mean())
     for name in ("exploration", "usefulness"):
         if f"bonus_{name}" in pooled:
@@ -324,13 +350,19 @@ def _train(config, workdir: str) -> list[dict]:
             done = step + 1
             if done % config.checkpoint.every == 0 or done == config.steps:
                 with timer.phase("save"):
-                    ckpt.save(done, _train_state(setup.policy), _meta(setup, done, setup.data_iter.get_state()),
-                              force=True)
+                    ckpt.save(done, _train_state(setup.policy),
+                              _meta(setup, done, setup.data_iter.get_state(), _store_state(setup)), force=True)
                     saved = done
+                    if setup.rare is not None and hosts.index == 0:
+                        setup.rare.store.export_jsonl(os.path.join(workdir, "rubrics.jsonl"))
             metrics.update(timer.metrics())
             metrics["time/step"] = sum(timer.metrics().values())
             metrics.update(compiles.metrics())  # time/compiles, time/compile_cache_hits, time/compile_secs
             writer.write_scalars(step, metrics)
+            if setup.rare is not None:
+                texts = rare_phase.pop_texts(setup.rare)
+                if texts:
+                    writer.write_texts(step, texts)
             progress.update(step, metrics)
             history.append({"step": step, **metrics})
     except BaseException:
@@ -342,8 +374,9 @@ def _train(config, workdir: str) -> list[dict]:
                         "last periodic checkpoint, step %d)", hosts.index, step, saved)
         elif step > saved:
             log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
-            lora, opt_state, data_state = snapshot
-            ckpt.save(step, {"lora": lora, "opt_state": opt_state}, _meta(setup, step, data_state), force=True)
+            lora, opt_state, data_state, store_state = snapshot
+            ckpt.save(step, {"lora": lora, "opt_state": opt_state}, _meta(setup, step, data_state, store_state),
+                      force=True)
         raise
     finally:
         compiles.stop()
@@ -354,10 +387,19 @@ def _train(config, workdir: str) -> list[dict]:
 
 
 def _snapshot(setup: Setup):
-    """References to the state between steps (arrays are immutable, so this copies nothing)."""
-    return setup.policy.lora, setup.policy.opt_state, setup.data_iter.get_state()
+    """The state between steps (arrays are immutable, so these are references; the rubric store's state is a
+    fresh dict)."""
+    return setup.policy.lora, setup.policy.opt_state, setup.data_iter.get_state(), _store_state(setup)
 
 
-def _meta(setup: Setup, done: int, data_state: dict) -> dict:
-    return {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
+def _store_state(setup: Setup) -> dict | None:
+    return None if setup.rare is None else setup.rare.store.state()
+
+
+def _meta(setup: Setup, done: int, data_state: dict, store_state: dict | None = None) -> dict:
+    """The checkpoint's JSON dict; each feature adds its own key (RARE: "rubrics", the rubric store)."""
+    meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
             "criteria": [c.id for c in setup.criteria]}
+    if store_state is not None:
+        meta["rubrics"] = store_state
+    return meta

@@ -15,6 +15,9 @@ def _run_check(script_name, ckpt):
     """Runs a check script in a fresh process (8 forced CPU devices) and returns its JSON result."""
     script = os.path.join(os.path.dirname(__file__), script_name)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    # the script's own directory is sys.path[0]: find this checkout's package whatever is installed
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     proc = subprocess.run([sys.executable, script, ckpt], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -101,6 +101,8 @@ def judge(rt: RareRuntime, records, prompts: Sequence[str], responses: Sequence[
         "recovered": np.asarray([g.recovered for g in res.groups], np.int32),
         "resat_seen": seen, "resat_saturated": sat,
         "criteria": np.asarray([len(r) for r in rubrics], np.int32),
+        "saturated": np.asarray([len(sample_level.eligible_ids(r, g)) for r, g in zip(rubrics, res.groups)],
+                                np.int32),
     }
     return res.rewards, rows
 
@@ -124,6 +126,9 @@ def metrics(pooled: dict[str, Any]) -> dict[str, float]:
     out["judge/retry_recovered"] = float(pooled["recovered"].sum()) / retried if retried else 1.0
     out["reward/before_replacement"] = float(pooled["reward_before"].mean())
     out["active_criteria"] = float(pooled["criteria"].mean())
+    # saturated criteria (full marks on every rollout) per group, before any replacement: what RARE replaces
+    # and what the static baselines accumulate
+    out["rare/saturated_fraction"] = float(pooled["saturated"].sum()) / max(int(pooled["criteria"].sum()), 1)
     return out
 
 

@@ -52,7 +52,7 @@ def base_config() -> ml_collections.ConfigDict:
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
         usefulness_coef=0.0))
-    # RARE (reward.judging="rare"; docs/rare.md): integer scores, saturated-criterion replacement.
+    # RARE (reward.judging="rare"; docs/method.md §3): integer scores, saturated-criterion replacement.
     c.rare = ml_collections.ConfigDict(dict(
         level="sample",  # sample (replace saturated criteria) | static (score only)
         direction="negative",  # negative | positive | mixed

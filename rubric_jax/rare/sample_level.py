@@ -2,7 +2,7 @@
 replacements on the same responses, and return the rewards the update uses.
 
 "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation", section 3
-("Sample-Level Criterion Replacement") and the appendix on sample-level updates; the math is in docs/rare.md:
+("Sample-Level Criterion Replacement") and the appendix on sample-level updates; the math is in docs/method.md §3:
 
   r_i    = sum_j s_ij / sum_j m_j                                     (reward under the current rubric)
   S      = { j : every rollout has a valid s_ij = m_j }                (eligible: saturated in the whole group)
@@ -159,7 +159,7 @@ def _event(key, step_index, direction, rub: Rubric, sub: Rubric, cols, g: GroupS
 
 def step_metrics(status: np.ndarray, events: Sequence[dict], resat_seen: int, resat_saturated: int
                  ) -> dict[str, float]:
-    """Per-step RARE statistics over the (pooled) groups and events (docs/rare.md; paper Table 3): trigger and
+    """Per-step RARE statistics over the (pooled) groups and events (docs/method.md §3; paper Table 3): trigger and
     event rates, writer and rescore failures, the replacement blocks' score, headroom, variance, opens-headroom
     and restores-variance rates and mean |A_rep| averaged over events, per-polarity criterion statistics, and
     the resaturation rate of criteria written by earlier replacements."""

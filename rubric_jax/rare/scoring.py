@@ -5,7 +5,7 @@ or is marked invalid, never a fractional expected value.
 returns s_ij in {0..m_j} and saturation means every rollout at exactly m_j. An expected score (the logit
 readout) approaches m_j but never reaches it, so nothing would ever saturate: RARE reads scores hard.
 
-How a cell is read (docs/rare.md):
+How a cell is read (docs/method.md §3):
   1. the primary mode: "hard" (argmax over the criterion's allowed digit tokens; unreadable when those digits
      hold less than `min_score_mass` of the next-token probability) or "generate" (a short rationale, then
      "Score: N"; unreadable when no allowed score parses);

@@ -5,7 +5,7 @@ Methods (config.rare.level):
   "sample"  RARE sample-level replacement (configs/rare.py; direction negative | positive | mixed)
   "static"  score only, rubrics never change (configs/sample_static.py with per-query rubrics,
             configs/task_static.py with the shared rubric of each record's task)
-Math and the statistics: docs/rare.md; the procedure: rubric_jax.rare.sample_level.
+Math and the statistics: docs/method.md §3; the procedure: rubric_jax.rare.sample_level.
 """
 
 from __future__ import annotations

@@ -248,3 +248,40 @@ def test_main_trains_the_embedded_model_and_resumes(tmp_path):
     # A typo in an override is an error, not a silent no-op.
     p = subprocess.run(cmd + ["--config.stpes=3"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode != 0 and "stpes" in p.stderr
+
+
+@pytest.mark.slow
+def test_per_prompt_rubrics_judge_each_group_against_its_own(tiny_qwen3, tmp_path, monkeypatch):
+    """rubric_source=record: every group is judged against its record's rubric (equal weights), and the
+    reward equals the absolute reward recomputed from those scores by hand."""
+    import json
+
+    from rubric_jax.rl import reward as reward_mod
+    from rubric_jax.rubrics import Criterion, Rubric
+
+    data = tmp_path / "data.jsonl"
+    rubrics = [Rubric(f"r{q}", tuple(Criterion(f"c{k}", f"C{k}", f"check {q}.{k}", ("no", "yes"), max_points=k + 1,
+                                               scoring="binary") for k in range(q + 2))) for q in range(2)]
+    with open(data, "w") as f:
+        for q, rub in enumerate(rubrics):
+            f.write(json.dumps({"id": f"q{q}", "prompt": f"Say something about {q}.", "rubric": rub.to_dict()}) + "\n")
+    seen = []
+    real = reward_mod.judge_rewards_per_prompt
+
+    def spy(judge, prompts, responses, rubs, cfg, **kw):
+        r, rows = real(judge, prompts, responses, rubs, cfg, **kw)
+        res = judge.pointwise_batch(list(prompts), [list(x) for x in responses], [list(x.criteria) for x in rubs])
+        seen.append((list(prompts), [x.name for x in rubs], r, res))
+        return r, rows
+
+    monkeypatch.setattr(trainer, "judge_rewards_per_prompt", spy)
+    cfg = _tiny_run_config("instance_rubric", tiny_qwen3[0], steps=1, **{"data.path": str(data)})
+    hist = trainer.train(cfg, str(tmp_path / "run"))
+    prompts, names, r, res = seen[0]
+    assert sorted(names) == ["r0", "r1"]
+    for p, name, rb, pr in zip(prompts, names, r, res):
+        assert name == f"r{p.split()[-1][0]}"  # the rubric of that very record
+        x = pr.scores / pr.max_points  # by hand: equal weights over the record's criteria, all valid
+        assert pr.valid.all()
+        np.testing.assert_allclose(rb, x.mean(axis=1), atol=1e-6)
+    assert hist[0]["active_criteria"] == pytest.approx(2.5)

@@ -115,6 +115,48 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
     return np.stack(rows).astype(np.float32), {"per_c": per_c, "health": health}
 
 
+def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]],
+                             rubrics: Sequence[Rubric], cfg: RewardConfig, *, seed: int = 0,
+                             group_ids: Sequence[int] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    """(r_bg, rows) when every prompt has its own rubric (config.rubric_source = record | task): all of a
+    prompt's criteria active with equal weights 1/C_b (no curriculum: the criteria differ per prompt).
+    This is the "instance-specific rubric" baseline of the RcRL paper (its HealthBench table).
+
+    rows = {"signal": (B,) mean |win rate - 1/2| (pairwise) or mean normalised score (absolute) per group,
+            "criteria": (B,) C_b, "health": one dict of judge figures per group}."""
+    crits = [list(r.criteria) for r in rubrics]
+    rewards, signal, health = [], [], []
+    if cfg.judging == "pairwise":
+        results = judge.pairwise_batch(list(prompts), [list(r) for r in responses], crits, seed=seed,
+                                       group_ids=group_ids)
+        for res, cs in zip(results, crits):
+            w_gc = jnp.asarray(res.win_rates)
+            rewards.append(np.asarray(R.pairwise_reward(w_gc, R.all_active_weights(len(cs)))))
+            signal.append(float(np.abs(np.asarray(w_gc) - 0.5).mean()))
+            health.append(dict(res.metrics))
+    else:
+        results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crits)
+        for res, cs in zip(results, crits):
+            s, m = jnp.asarray(res.scores), jnp.asarray(res.max_points)
+            rewards.append(np.asarray(R.absolute_reward(s, m, R.all_active_weights(len(cs)), jnp.asarray(res.valid))))
+            signal.append(float(np.asarray(R.normalised_scores(s, m)).mean()))
+            health.append(dict(res.metrics))
+    rows = {"signal": np.asarray(signal, np.float32), "criteria": np.asarray([len(c) for c in crits], np.int32),
+            "health": health}
+    return np.stack(rewards).astype(np.float32), rows
+
+
+def per_prompt_metrics(rows: dict[str, Any], cfg: RewardConfig) -> dict[str, float]:
+    """Figures of `judge_rewards_per_prompt` rows (one process' or pooled)."""
+    name = "score/mean" if cfg.judging == "absolute" else "win_rate_spread/mean"
+    metrics = {name: float(rows["signal"].mean()), "active_criteria": float(rows["criteria"].mean())}
+    for k in ("position_bias", "invalid_fraction", "verdict_entropy"):
+        vals = [h[k] for h in rows["health"] if k in h]
+        if vals:
+            metrics[f"judge/{k}"] = float(np.mean(vals))
+    return metrics
+
+
 def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c: np.ndarray,
                   cfg: RewardConfig) -> dict[str, float]:
     """Per-criterion figures and judge health over the groups in `rows` (see `judge_rewards`)."""

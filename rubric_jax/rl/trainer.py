@@ -35,10 +35,12 @@ from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
 from rubric_jax.rl.profiling import maybe_profile
-from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_metrics, judge_rewards, ordered_criteria,
-                                  step_weights, usefulness_bonuses)
+from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_metrics, judge_rewards,
+                                  judge_rewards_per_prompt, ordered_criteria, per_prompt_metrics, step_weights,
+                                  usefulness_bonuses)
 from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
                                   padding_metrics)
+from rubric_jax.rare.store import RubricStore
 from rubric_jax.rubrics import load_rubric
 from rubric_jax.sampling import sample
 
@@ -64,6 +66,7 @@ class Setup:
     base_local: Any  # the frozen base on this process' devices (the judge's and the bonuses' model)
     shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
     rare: rare_phase.RareRuntime | None = None  # reward.judging="rare": rubric store, scorer, criterion writer
+    rubrics: RubricStore | None = None  # per-prompt rubrics (config.rubric_source record | task)
 
     def local_policy(self) -> Policy:
         """The current policy on this process' devices (sampling, usefulness bonus)."""
@@ -132,12 +135,13 @@ def build(config) -> Setup:
     judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
                   max_response_tokens=config.judge.max_response_tokens)
     reward_cfg = RewardConfig(**config.reward.to_dict())
-    if config.rubric_source != "config" and reward_cfg.judging != "rare":
-        raise ValueError(f"rubric_source={config.rubric_source!r} (per-query rubrics) is implemented for "
-                         f"reward.judging='rare'; pairwise/absolute judging use config.rubric")
+    per_prompt = config.rubric_source != "config"
+    if per_prompt and reward_cfg.judging != "rare" and (reward_cfg.curriculum or reward_cfg.dropout_q):
+        raise ValueError(f"rubric_source={config.rubric_source!r}: each prompt has its own rubric, so there is no "
+                         f"one criteria order for a curriculum or dropout; set reward.curriculum=False")
     default_rubric = load_rubric(config.rubric) if config.rubric else None
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
-    if reward_cfg.judging != "rare":
+    if reward_cfg.judging != "rare" and not per_prompt:
         if not criteria:
             raise ValueError("config.rubric is empty: pairwise/absolute judging needs a rubric")
         judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
@@ -150,11 +154,15 @@ def build(config) -> Setup:
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")
-    rare = None
+    rare = store = None
     if reward_cfg.judging == "rare":
         rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records)
+    elif per_prompt:
+        store = RubricStore(default_rubric, config.rubric_source)
+        for r in dataset.records:  # every record's rubric loads now: a bad one fails before training starts
+            store.initial(r)
     return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
-                 base_local, shapes, rare)
+                 base_local, shapes, rare, store)
 
 
 def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
@@ -238,6 +246,11 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
             if setup.rare is not None:  # scoring, and writing and rescoring replacements (time/judge)
                 with JudgePadding(setup.rare.scorer.judge) as judge_pad:
                     r_bg, rows["judge"] = rare_phase.judge(setup.rare, records, prompts, responses, step)
+            elif setup.rubrics is not None:
+                with JudgePadding(setup.judge) as judge_pad:
+                    r_bg, rows["judge"] = judge_rewards_per_prompt(
+                        setup.judge, prompts, responses, [setup.rubrics.get(r) for r in records], setup.reward_cfg,
+                        seed=step, group_ids=range(first, first + len(records)))
             else:
                 weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
                 with JudgePadding(setup.judge) as judge_pad:
@@ -275,6 +288,8 @@ def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weig
     metrics: dict[str, float] = {**padding_metrics(pooled["padding"]), **judge_time}
     if setup.rare is not None:
         metrics.update(rare_phase.metrics(pooled["judge"]))
+    elif setup.rubrics is not None:
+        metrics.update(per_prompt_metrics(pooled["judge"], setup.reward_cfg))
     else:
         metrics.update(judge_metrics(pooled["judge"], setup.criteria, weights, setup.reward_cfg))
     metrics["reward/judge_mean"] = float(pooled["judge_reward"].mean())

@@ -28,12 +28,13 @@ setup(
         "fastapi",  # rubric_jax.serve: OpenAI-compatible server on the sampler
         "uvicorn",
         "matplotlib",  # evals reports and training curves
+        "llguidance>=1.9",  # RARE's criterion writer: decoding constrained to a JSON schema / grammar (no torch)
     ],
     extras_require={
         # torch is only the reference implementation in tests; 2.13.0 is the CPU wheel on disk.
         "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate", "peft", "openai",
                  # tests/test_colab_notebook.py executes launch/colab.ipynb
-                 "nbclient", "nbformat", "ipykernel"],
+                 "nbclient", "nbformat", "ipykernel", "jsonschema"],
         "bench": ["trl", "peft"],
     },
 )

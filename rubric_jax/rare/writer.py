@@ -1,0 +1,565 @@
+"""RARE's rubric writer: replacement criteria for a group's saturated criteria, validated, with retries.
+
+Source: "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation",
+sections "Sample-Level Criterion Replacement" and "Sample-Level Rubric Updates". When every one of a
+prompt's G responses gets full marks on a criterion, that criterion adds the same constant to every
+reward and cancels in the group-relative advantage. A writer model compares the responses and writes
+b = min(B, |eligible|) replacements, each keeping the replaced id and max_points (so the column
+order and the reward denominator stay fixed) and describing every integer score 0..max, in a
+configured direction: "negative" (full marks when an observed flaw is absent), "positive" (full marks
+when a desired quality is fully realised) or "mixed" (either; both when b >= 2).
+
+Pieces (pure functions where possible):
+  build_messages        the writer prompt (our wording; the paper's prompt is only the template's shape)
+  replacement_schema    the JSON schema of a structurally valid answer
+  replacement_grammar   the same as a Lark grammar that also refuses checks restating other criteria
+  validate_replacements every rule, with a precise ReplacementError message (fed back on a retry)
+  write                 batched attempts; a rejected answer is retried with its error fed back
+  RemoteWriter          any OpenAI-compatible server through ChatClient (validation + retries only)
+  LocalWriter           our own model, decoding constrained to the request's grammar (constrained.py), so
+                        a finished answer passes validation whole (a cut one is retried)
+
+A check "restates" another when both are equal after `normalise_text` (lowercase, punctuation dropped,
+whitespace collapsed): a replacement may not restate a retained criterion, another replacement, or the
+criterion it replaces. Whether a criterion is *good* (observable, general, free of plot details) is
+left to the writer model; nothing here can check it.
+
+Scoring the replacements (the judge's rescoring of the same G responses) is not done here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import re
+import unicodedata
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from rubric_jax.rubrics.types import Criterion, Rubric, RubricError
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS = ("negative", "positive", "mixed")
+UPDATE_FIELDS = ("id", "polarity", "diagnosis", "name", "check", "levels")
+CUT_MARK = "[... cut here: the response continues]"
+CHARS_PER_TOKEN = 4  # the cut's budget when no tokenizer is given
+
+
+class ReplacementError(ValueError):
+    """A writer answer that cannot be used; the message says exactly what is wrong (it is fed back)."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WriteRequest:
+    """One prompt's replacement request. scores/valid: (G, C), columns in rubric order."""
+
+    query: str
+    rubric: Rubric
+    eligible: tuple[str, ...]  # ids of the saturated criteria
+    count: int  # b = min(B, |eligible|)
+    direction: str  # "negative" | "positive" | "mixed"
+    responses: tuple[str, ...]
+    scores: np.ndarray
+    valid: np.ndarray
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eligible", tuple(self.eligible))
+        object.__setattr__(self, "responses", tuple(self.responses))
+        object.__setattr__(self, "scores", np.asarray(self.scores))
+        object.__setattr__(self, "valid", np.asarray(self.valid, bool))
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"direction: unknown {self.direction!r}; expected one of {DIRECTIONS}")
+        unknown = [c for c in self.eligible if c not in self.rubric.ids]
+        if unknown or len(set(self.eligible)) != len(self.eligible):
+            raise ValueError(f"eligible: {self.eligible} must be distinct ids of the rubric {self.rubric.ids}")
+        if not 1 <= self.count <= len(self.eligible):
+            raise ValueError(f"count: must be in 1..{len(self.eligible)} (the eligible criteria), got {self.count}")
+        shape = (len(self.responses), len(self.rubric))
+        if self.scores.shape != shape or self.valid.shape != shape:
+            raise ValueError(f"scores/valid: expected shape {shape} (responses, criteria), got "
+                             f"{self.scores.shape} and {self.valid.shape}")
+
+    @property
+    def retained(self) -> tuple[Criterion, ...]:
+        return tuple(c for c in self.rubric if c.id not in self.eligible)
+
+    def allowed_polarities(self) -> tuple[str, ...]:
+        return ("negative", "positive") if self.direction == "mixed" else (self.direction,)
+
+
+@dataclasses.dataclass
+class WriteOutcome:
+    replacements: dict[str, Criterion] | None  # None: every attempt was rejected
+    attempts: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)  # one per rejected attempt
+    raw: list[str] = dataclasses.field(default_factory=list)  # every raw writer output, in order
+
+
+@dataclasses.dataclass(frozen=True)
+class WriterConfig:
+    max_attempts: int = 3
+    temperature: float = 0.2  # as in the RARE paper
+    max_response_tokens: int = 384  # per response shown to the writer
+    max_new_tokens: int = 1536
+    seed: int = 0
+    # String limits of the schema (bounded decoding; the prompt states them too).
+    max_name_chars: int = 60
+    max_check_chars: int = 300
+    max_level_chars: int = 160
+    max_diagnosis_chars: int = 200
+    max_schema_alternatives: int = 64  # above this, the schema lets ids/polarities vary per item
+
+
+# ---- prompt -------------------------------------------------------------------------------------------------------
+
+DIRECTION_TEXT = {
+    "negative": (
+        'Every update is a NEGATIVE criterion ("polarity": "negative"). Base it on a flaw you can point to in at '
+        "least one response. A response with no trace of the flaw earns the maximum; the score drops as the flaw "
+        "becomes more frequent or more harmful, and 0 means the flaw is serious enough to spoil the response."),
+    "positive": (
+        'Every update is a POSITIVE criterion ("polarity": "positive"). Base it on a quality the stronger responses '
+        "show more fully than the weaker ones. A response that realises it completely earns the maximum; the "
+        "score drops as it is realised less well, and 0 means the quality is missing."),
+    "mixed": (
+        'Each update may be POSITIVE ("polarity": "positive": full marks when a desired quality is fully realised) '
+        'or NEGATIVE ("polarity": "negative": full marks when an observed flaw is absent).{both} Whatever the '
+        "polarity, a higher score must always mean a better response."),
+}
+
+
+def direction_instruction(direction: str, count: int) -> str:
+    text = DIRECTION_TEXT[direction]
+    if direction == "mixed":
+        both = (f" You write {count} updates, so use both polarities: at least one positive and at least one "
+                "negative." if count >= 2 else "")
+        text = text.format(both=both)
+    return text
+
+
+def cut_response(text: str, max_tokens: int, tokenizer=None) -> tuple[str, bool]:
+    """(text cut to max_tokens tokens, whether it was cut); ~4 characters a token without a tokenizer."""
+    if tokenizer is not None:
+        ids = tokenizer.encode(text)
+        if len(ids) <= max_tokens:
+            return text, False
+        return tokenizer.decode(ids[:max_tokens]).rstrip() + " " + CUT_MARK, True
+    limit = max_tokens * CHARS_PER_TOKEN
+    if len(text) <= limit:
+        return text, False
+    return text[:limit].rstrip() + " " + CUT_MARK, True
+
+
+def _criterion_line(c: Criterion) -> str:
+    scale = f"scored 0 or {c.max_points} only" if c.scoring == "binary" else f"scored 0..{c.max_points}"
+    return f"- `{c.id}` ({c.name}; max {c.max_points}, {scale}): {c.check}"
+
+
+def _score_line(request: WriteRequest, g: int) -> str:
+    parts = []
+    for k, c in enumerate(request.rubric):
+        s = f"{int(request.scores[g, k])}/{c.max_points}" if request.valid[g, k] else "n/a"
+        parts.append(f"{c.id}={s}")
+    return ", ".join(parts)
+
+
+def example_update(request: WriteRequest) -> dict:
+    cid = request.eligible[0]
+    m = request.rubric[cid].max_points
+    return {"id": cid, "polarity": request.allowed_polarities()[0],
+            "diagnosis": "<the observed difference between responses, short>", "name": "<short title>",
+            "check": "<one observable check>", "levels": [f"<what earns {k}>" for k in range(m + 1)]}
+
+
+def build_messages(request: WriteRequest, cfg: WriterConfig = WriterConfig(), tokenizer=None) -> list[dict]:
+    """The writer's chat messages (system + user) for one request."""
+    b = request.count
+    saturated = [request.rubric[c] for c in request.eligible]
+    retained = request.retained
+    lines = ["## Query", request.query.strip(), "", "## Current rubric (in order)"]
+    lines += [_criterion_line(c) for c in request.rubric]
+    lines += ["", f"## Saturated criteria: every response got full marks (replace {b} of them)"]
+    lines += [f"- `{c.id}` (max_points {c.max_points})" for c in saturated]
+    lines += ["", "## Retained criteria: kept unchanged; your checks must rely on different evidence"]
+    lines += [_criterion_line(c) for c in retained] or ["- (none)"]
+    lines += ["", f"## The {len(request.responses)} responses with their current scores"]
+    for g, text in enumerate(request.responses):
+        shown, _ = cut_response(text, cfg.max_response_tokens, tokenizer)
+        lines += [f"### Response {g + 1}", f"Scores: {_score_line(request, g)}", "<<<", shown.strip(), ">>>", ""]
+    ids = ", ".join(f"`{c.id}`" for c in saturated)
+    lines += [
+        "## Task",
+        "The saturated criteria no longer separate better responses from weaker ones. Compare the responses "
+        f"with each other, find {b} clear and independent differences in quality that the retained criteria do "
+        f"not already measure, and turn each into a new criterion that replaces one saturated criterion.",
+        "", "## Direction", direction_instruction(request.direction, b), "", "## Rules",
+        f"1. Write exactly {b} update(s). Each `id` is one of {ids}, and no id is used twice.",
+        "2. Keep the replaced criterion's max_points: the new criterion is scored on the same 0..max scale.",
+        "3. One observable direction per criterion: a higher score always means a better response.",
+        "4. `levels` has one description for every integer score from 0 up to max_points, in that order "
+        "(max_points + 1 non-empty strings), each saying what a response at that score looks like.",
+        "5. Generalise: the criterion must apply to any response to this query. Do not mention response "
+        "numbers, names or plot details of particular responses, and do not prescribe one way to succeed.",
+        "6. Distinct evidence: each check measures something no retained criterion and no other update "
+        "measures, and it must not restate the criterion it replaces.",
+        f"7. Be brief: name <= {cfg.max_name_chars} characters, check <= {cfg.max_check_chars}, each level <= "
+        f"{cfg.max_level_chars}, diagnosis <= {cfg.max_diagnosis_chars}.",
+        "", "## Output",
+        'Reply with JSON only, no text before or after it: {"updates": [ ... ]} with one object per update, '
+        "with exactly these keys, for example:",
+        json.dumps({"updates": [example_update(request)]}, ensure_ascii=False),
+    ]
+    system = ("You revise grading rubrics used to train a writing model. You read responses and their scores "
+              "and write precise, observable criteria. You answer with JSON only.")
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
+
+
+def feedback_message(error: str) -> str:
+    return (f"That answer was rejected: {error}\nFix this and write the complete JSON object again, following "
+            "every rule above. Reply with the JSON only.")
+
+
+# ---- schema -------------------------------------------------------------------------------------------------------
+
+def _string(max_chars: int) -> dict:
+    # The first character is neither blank nor "<": validation rejects blank strings and copies of the
+    # prompt's "<...>" placeholders, which small models otherwise paste verbatim.
+    return {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": r"^[^\s<]"}
+
+
+def _item(request: WriteRequest, cid: str, polarities: Sequence[str], cfg: WriterConfig) -> dict:
+    m = request.rubric[cid].max_points
+    props = {"id": {"const": cid}, "polarity": {"enum": list(polarities)},
+             "diagnosis": _string(cfg.max_diagnosis_chars), "name": _string(cfg.max_name_chars),
+             "check": _string(cfg.max_check_chars),
+             "levels": {"type": "array", "items": _string(cfg.max_level_chars), "minItems": m + 1,
+                        "maxItems": m + 1}}
+    return {"type": "object", "properties": props, "required": list(UPDATE_FIELDS), "additionalProperties": False}
+
+
+def answer_shapes(request: WriteRequest, cfg: WriterConfig = WriterConfig()) -> list[list[tuple]]:
+    """The alternatives a constrained answer may take: each a list, per update position, of (allowed ids,
+    allowed polarities).
+
+    Distinct ids and the mixed direction's "both polarities" are not expressible per item, so while the
+    count stays under cfg.max_schema_alternatives the alternatives are fixed tuples: ids in the order
+    `eligible` lists them x polarity patterns; beyond that, fewer constraints (validation catches the rest).
+    """
+    b, pols = request.count, request.allowed_polarities()
+    combos = list(itertools.combinations(request.eligible, b))
+    if request.direction == "mixed" and b >= 2:
+        patterns = [tuple((p,) for p in pat) for pat in itertools.product(pols, repeat=b) if len(set(pat)) == 2]
+    else:
+        patterns = [(pols,) * b]
+    if len(combos) * len(patterns) <= cfg.max_schema_alternatives:
+        return [[((c,), p) for c, p in zip(cs, pat)] for cs in combos for pat in patterns]
+    if len(combos) <= cfg.max_schema_alternatives:
+        return [[((c,), pols) for c in cs] for cs in combos]
+    return [[(request.eligible, pols)] * b]
+
+
+def replacement_schema(request: WriteRequest, cfg: WriterConfig = WriterConfig()) -> dict:
+    """JSON schema of a structurally valid answer (see `answer_shapes`). Checks restating other criteria
+    cannot be expressed in a JSON schema: `replacement_grammar` adds that."""
+    def position(ids, pols):
+        items = [_item(request, c, pols, cfg) for c in ids]
+        return items[0] if len(items) == 1 else {"anyOf": items}
+
+    b = request.count
+    arrays = [{"type": "array", "prefixItems": [position(ids, pols) for ids, pols in shape], "items": False,
+               "minItems": b, "maxItems": b} for shape in answer_shapes(request, cfg)]
+    updates = arrays[0] if len(arrays) == 1 else {"anyOf": arrays}
+    return {"type": "object", "properties": {"updates": updates}, "required": ["updates"],
+            "additionalProperties": False}
+
+
+def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(),
+                        written: Sequence[str] = ()) -> str:
+    """A Lark grammar (llguidance) for `replacement_schema`'s answers that also enforces what a JSON schema
+    cannot: no check restates (after `normalise_text`) a retained criterion's check, the check it
+    replaces, or `written` (the normalised checks of the updates already written, by position; the local
+    writer rebuilds the grammar as each check is finished). Same compact JSON as the schema's grammar."""
+    from rubric_jax.rare.constrained import json_string_regex, same_words_regex
+
+    def lit(text: str) -> str:  # a Lark string literal of raw output, or a JSON string as it is output
+        return json.dumps(text, ensure_ascii=False)
+
+    ids = request.rubric.ids
+    base = [normalise_text(c.check) for c in request.retained]
+    terminals = [f"DIAG: /{json_string_regex(cfg.max_diagnosis_chars)}/",
+                 f"NAME: /{json_string_regex(cfg.max_name_chars)}/",
+                 f"LEVEL: /{json_string_regex(cfg.max_level_chars)}/"]
+    rules: dict[str, str] = {}
+    comma, name_key, check_key, levels_key = lit(","), lit(',"name":'), lit(',"check":'), lit(',"levels":[')
+
+    def item(cid: str, pol: str, k: int) -> str:
+        ci = ids.index(cid)
+        rule = f"u{ci}{pol[0]}{k}"
+        if rule not in rules:
+            term = f"CHECK_{ci}_{k}"  # shared by the item's polarities
+            if not any(t.startswith(term + ":") for t in terminals):
+                forbidden = sorted(set(base + [normalise_text(request.rubric[cid].check)] + list(written[:k])))
+                same = "|".join(f"({same_words_regex(t.split())})" for t in forbidden)
+                terminals.append(f"{term}: /{json_string_regex(cfg.max_check_chars)}/ & ~/{same}/")
+            head = lit(f'{{"id":{lit(cid)},"polarity":{lit(pol)},"diagnosis":')
+            levels = f" {comma} ".join(["LEVEL"] * (request.rubric[cid].max_points + 1))
+            rules[rule] = f"{head} DIAG {name_key} NAME {check_key} {term} {levels_key} {levels} {lit(']}')}"
+        return rule
+
+    def choice(cids, pos_pols, k: int) -> str:
+        return "(" + " | ".join(item(c, p, k) for c in cids for p in pos_pols) + ")"
+
+    seqs = [f" {comma} ".join(choice(cids, pos_pols, k) for k, (cids, pos_pols) in enumerate(shape))
+            for shape in answer_shapes(request, cfg)]
+    opening, closing = lit('{"updates":['), lit("]}")
+    top = [f"start: {opening} updates {closing}", "updates: " + " | ".join(f"({q})" for q in seqs)]
+    return "\n".join(top + [f"{r}: {body}" for r, body in rules.items()] + terminals) + "\n"
+
+
+# ---- validation ---------------------------------------------------------------------------------------------------
+
+def normalise_text(text: str) -> str:
+    """Lowercase, punctuation removed, whitespace collapsed: how checks are compared for duplicates."""
+    no_punct = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text.lower())
+    return " ".join(no_punct.split())
+
+
+def _is_placeholder(text: str) -> bool:
+    t = text.strip()
+    return t.startswith("<") and t.endswith(">") and ">" not in t[1:-1]
+
+
+def _parse(text_or_obj: Any) -> Any:
+    if not isinstance(text_or_obj, str):
+        return text_or_obj
+    text = text_or_obj.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.S)  # a lone code fence is tolerated
+    if fenced:
+        text = fenced.group(1)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReplacementError(f"the answer is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                               'reply with one JSON object {"updates": [...]} and nothing else') from None
+
+
+def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, Criterion]:
+    """The accepted replacements {id: Criterion}, or ReplacementError naming the first problem found."""
+    obj = _parse(text_or_obj)
+    if not isinstance(obj, dict):
+        raise ReplacementError(f'the answer must be a JSON object {{"updates": [...]}}, got a {type(obj).__name__}')
+    updates = obj.get("updates")
+    if not isinstance(updates, list):
+        raise ReplacementError('the object has no "updates" list')
+    b = request.count
+    if len(updates) != b:
+        raise ReplacementError(f'"updates" must hold exactly {b} update(s), got {len(updates)}')
+    allowed = request.allowed_polarities()
+    out: dict[str, Criterion] = {}
+    first_use: dict[str, int] = {}
+    polarities = []
+    for k, u in enumerate(updates):
+        path = f"updates[{k}]"
+        if not isinstance(u, dict):
+            raise ReplacementError(f"{path}: must be an object, got a {type(u).__name__}")
+        for f in UPDATE_FIELDS:
+            if f not in u:
+                raise ReplacementError(f'{path}: missing field "{f}"')
+        for f in ("id", "polarity", "diagnosis", "name", "check"):
+            if not isinstance(u[f], str) or not u[f].strip():
+                raise ReplacementError(f'{path}.{f}: must be a non-empty string')
+            if _is_placeholder(u[f]):
+                raise ReplacementError(f"{path}.{f}: {u[f]!r} is the template's placeholder; write the actual text")
+        cid = u["id"]
+        if cid not in request.eligible:
+            why = "a retained criterion" if cid in request.rubric.ids else "not a criterion of this rubric"
+            raise ReplacementError(f"{path}.id: {cid!r} is {why}; replace one of the saturated criteria "
+                                   f"{list(request.eligible)}")
+        if cid in first_use:
+            raise ReplacementError(f"{path}.id: {cid!r} is already replaced by updates[{first_use[cid]}]; "
+                                   "each saturated criterion is replaced at most once")
+        first_use[cid] = k
+        pol = u["polarity"]
+        if pol not in allowed:
+            raise ReplacementError(f"{path}.polarity: {pol!r} is not allowed; the {request.direction} direction "
+                                   f"requires {' or '.join(repr(p) for p in allowed)}")
+        polarities.append(pol)
+        old = request.rubric[cid]
+        m = old.max_points
+        if "max_points" in u and (not isinstance(u["max_points"], int) or isinstance(u["max_points"], bool)
+                                  or u["max_points"] != m):
+            raise ReplacementError(f"{path}.max_points: must stay {m} (the max of {cid!r}), got {u['max_points']!r}")
+        levels = u["levels"]
+        if not isinstance(levels, list) or len(levels) != m + 1:
+            got = f"{len(levels)} entries" if isinstance(levels, list) else f"a {type(levels).__name__}"
+            raise ReplacementError(f"{path}.levels: must list exactly {m + 1} descriptions, one per score 0..{m} "
+                                   f"(max_points of {cid!r} is {m}), got {got}")
+        for j, lv in enumerate(levels):
+            if not isinstance(lv, str) or not lv.strip():
+                raise ReplacementError(f"{path}.levels[{j}]: the description of score {j} must be a non-empty string")
+            if _is_placeholder(lv):
+                raise ReplacementError(f"{path}.levels[{j}]: {lv!r} is the template's placeholder; describe what "
+                                       f"earns score {j}")
+        if normalise_text(u["check"]) == normalise_text(old.check):
+            raise ReplacementError(f"{path}.check: restates the criterion it replaces ({cid!r}); write a new check")
+        try:
+            out[cid] = Criterion(id=cid, name=u["name"].strip(), check=u["check"].strip(),
+                                 levels=tuple(lv.strip() for lv in levels), max_points=m, polarity=pol,
+                                 scoring="levels")
+        except RubricError as e:
+            raise ReplacementError(f"{path}: {e}") from None
+    if request.direction == "mixed" and b >= 2 and len(set(polarities)) < 2:
+        raise ReplacementError(f"the mixed direction with {b} updates needs both polarities (at least one "
+                               f"positive and one negative); all updates are {polarities[0]!r}")
+    retained = {normalise_text(c.check): c.id for c in request.retained}
+    seen: dict[str, int] = {}
+    for k, u in enumerate(updates):
+        key = normalise_text(u["check"])
+        if key in retained:
+            raise ReplacementError(f"updates[{k}].check: duplicates the check of the retained criterion "
+                                   f"{retained[key]!r}; measure something different")
+        if key in seen:
+            raise ReplacementError(f"updates[{k}].check: duplicates the check of updates[{seen[key]}]; each update "
+                                   "must measure something different")
+        seen[key] = k
+    try:
+        request.rubric.replace_criteria(out)
+    except RubricError as e:
+        raise ReplacementError(f"the revised rubric is invalid: {e}") from None
+    return out
+
+
+# ---- retry loop ---------------------------------------------------------------------------------------------------
+
+class WriterBackend(Protocol):
+    """complete: one raw answer per conversation. json_schemas (`replacement_schema`) and requests are
+    per conversation, for backends that constrain their decoding; others ignore them."""
+
+    def complete(self, conversations: list[list[dict]], seeds: list[int], json_schemas: list[dict] | None = None,
+                 requests: list[WriteRequest] | None = None) -> list[str]: ...
+
+
+def attempt_seed(seed: int, request_index: int, attempt: int) -> int:
+    """A distinct, reproducible seed per (request, attempt) (31 bits: every server accepts it)."""
+    return int(np.random.SeedSequence([seed, request_index, attempt]).generate_state(1)[0]) & 0x7FFFFFFF
+
+
+def write(backend: WriterBackend, requests: Sequence[WriteRequest], cfg: WriterConfig = WriterConfig(), *,
+          tokenizer=None) -> list[WriteOutcome]:
+    """Replacement criteria for every request; one batched backend call per attempt.
+
+    A rejected answer is retried (with the still-rejected requests batched together) in the same
+    conversation: the rejected answer as the assistant's turn, then a user turn quoting the
+    validation error. After cfg.max_attempts rejections a request gets replacements=None. Bad answers
+    never raise; a backend failure (e.g. the server gives up, ChatError) counts as a rejected attempt.
+    tokenizer: cuts the shown responses by tokens (else by ~4 characters a token).
+    """
+    from rubric_jax.openai_client import ChatError
+
+    convs = [build_messages(r, cfg, tokenizer) for r in requests]
+    schemas = [replacement_schema(r, cfg) for r in requests]
+    outcomes = [WriteOutcome(replacements=None) for _ in requests]
+    pending = list(range(len(requests)))
+    for attempt in range(cfg.max_attempts):
+        if not pending:
+            break
+        seeds = [attempt_seed(cfg.seed, i, attempt) for i in pending]
+        try:
+            texts = backend.complete([convs[i] for i in pending], seeds, json_schemas=[schemas[i] for i in pending],
+                                     requests=[requests[i] for i in pending])
+        except ChatError as e:
+            log.warning("rubric writer: backend failed on attempt %d: %s", attempt + 1, e)
+            for i in pending:
+                outcomes[i].attempts += 1
+                outcomes[i].errors.append(f"backend failed: {e}")
+            continue
+        if len(texts) != len(pending):
+            raise RuntimeError(f"writer backend returned {len(texts)} answers for {len(pending)} conversations")
+        still = []
+        for i, text in zip(pending, texts):
+            o = outcomes[i]
+            o.attempts += 1
+            o.raw.append(text)
+            try:
+                o.replacements = validate_replacements(text, requests[i])
+            except ReplacementError as e:
+                o.errors.append(str(e))
+                convs[i] = convs[i] + [{"role": "assistant", "content": text},
+                                       {"role": "user", "content": feedback_message(str(e))}]
+                still.append(i)
+        pending = still
+    for i in pending:
+        log.warning("rubric writer: gave up on request %d (%r...) after %d attempts; last error: %s", i,
+                    requests[i].query[:60], outcomes[i].attempts, outcomes[i].errors[-1] if outcomes[i].errors else "-")
+    return outcomes
+
+
+# ---- backends -----------------------------------------------------------------------------------------------------
+
+class RemoteWriter:
+    """Any OpenAI-compatible chat server via the project's ChatClient (one concurrent batch per attempt).
+
+    The schema is not sent (ChatClient has no response_format); validation and retries enforce it."""
+
+    def __init__(self, client, cfg: WriterConfig = WriterConfig()):
+        self.client = client
+        self.cfg = cfg
+
+    def complete(self, conversations, seeds, json_schemas=None, requests=None) -> list[str]:
+        reqs = [{"messages": c, "max_tokens": self.cfg.max_new_tokens, "temperature": self.cfg.temperature,
+                 "seed": int(s)} for c, s in zip(conversations, seeds)]
+        return [o.text for o in self.client.chat_many(reqs, desc="rubric writer")]
+
+
+_CLOSED_CHECK = re.compile(r'"check":("(?:[^"\\]|\\.)*")')
+
+
+class LocalWriter:
+    """Our own model (e.g. the frozen base) with decoding constrained to each request's grammar: every
+    finished answer parses and has the schema's shape.
+
+    exact=True (default) decodes with `replacement_grammar`, rebuilt as each check is finished, so no check
+    restates a retained criterion, the replaced one or an earlier update: a finished answer then passes
+    `validate_replacements` whole. exact=False uses the plain JSON schema (`replacement_schema`)."""
+
+    def __init__(self, model, tokenizer, cfg: WriterConfig = WriterConfig(), *, exact: bool = True):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        self.exact = exact
+
+    def complete(self, conversations, seeds, json_schemas=None, requests=None) -> list[str]:
+        from rubric_jax.rare.constrained import constrained_generate, constrained_decode
+
+        ids = [self.tokenizer.encode_chat(c) for c in conversations]
+        kw = dict(max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature, seed=list(seeds))
+        if not self.exact:
+            specs = json_schemas or [replacement_schema(r, self.cfg) for r in requests or ()]
+            if len(specs) != len(ids):
+                raise ValueError("LocalWriter needs a JSON schema or a request per conversation")
+            return constrained_generate(self.model, self.tokenizer, ids, specs, **kw)
+        if requests is None or len(requests) != len(ids):
+            raise ValueError("LocalWriter(exact=True) needs the request of each conversation")
+        written: list[tuple[str, ...]] = [() for _ in requests]
+
+        def regrammar(i: int, text: str):
+            # A check is finished when its closing quote is out; later checks must then differ from it.
+            if len(written[i]) + 1 >= requests[i].count or text.count('"check":"') <= len(written[i]):
+                return None
+            done = [normalise_text(json.loads(c)) for c in _CLOSED_CHECK.findall(text)]
+            if len(done) <= len(written[i]):
+                return None
+            written[i] = tuple(done)
+            return replacement_grammar(requests[i], self.cfg, written[i])
+
+        grammars = [replacement_grammar(r, self.cfg) for r in requests]
+        return constrained_decode(self.model, self.tokenizer, ids, grammars, regrammar=regrammar, **kw).texts
+
+
+__all__ = ["DIRECTIONS", "LocalWriter", "RemoteWriter", "ReplacementError", "WriteOutcome", "WriteRequest",
+           "WriterBackend", "WriterConfig", "answer_shapes", "build_messages", "cut_response", "direction_instruction",
+           "normalise_text", "replacement_grammar", "replacement_schema", "validate_replacements", "write"]

@@ -66,6 +66,30 @@ def serve_process(tmp_dir: str, *, max_batch: int = 8, batch_wait_ms: int = 300,
             proc.wait()
 
 
+@contextlib.contextmanager
+def thread_server(app, *, what: str = "server"):
+    """Runs an ASGI app (e.g. a scripted FastAPI app) with uvicorn in a daemon thread; yields its port."""
+    import threading
+
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           timeout_graceful_shutdown=1))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not start")
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        t.join(10)
+
+
 _SHARED: dict = {}
 
 

@@ -5,14 +5,13 @@ import asyncio
 import glob
 import json
 import os
-import threading
 import time
 
 import httpx
 import pytest
 
 from rubric_jax.openai_client import ChatClient, ChatError, Completion
-from serve_fixture import free_port, shared_server
+from serve_fixture import free_port, shared_server, thread_server
 
 SECRET = "sk-test-SECRET-0123456789"
 KEY_ENV = "RUBRIC_JAX_TEST_API_KEY"
@@ -33,7 +32,6 @@ OK_BODY = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
 def scripted():
     """(base URL, hits per route, Authorization headers seen). Routes: /flaky (429 twice with Retry-After 1,
     then 503 once, then 200), /slow (sleeps 2 s), /bad (400), /echo (401 quoting the Authorization header)."""
-    import uvicorn
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
@@ -62,17 +60,8 @@ def scripted():
                                 401)
         return OK_BODY
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "scripted server did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", hits, auth
-    server.should_exit = True
-    t.join(10)
+    with thread_server(app, what="scripted server") as port:
+        yield f"http://127.0.0.1:{port}", hits, auth
 
 
 @pytest.fixture
@@ -219,7 +208,6 @@ def test_remote_judge_against_the_live_server(live, tmp_path):
 def faulty(live):
     """A proxy to the live server that answers incoming requests from a script first: "429" (rate limited,
     Retry-After: 0), "hang" (2 min, then an unreadable verdict, unless the client hangs up first), then forwards. Yields (base URL, the script to fill, counts)."""
-    import uvicorn
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 
@@ -247,18 +235,8 @@ def faulty(live):
                                 headers={"content-type": "application/json"})
         return JSONResponse(r.json(), r.status_code)
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                                           timeout_graceful_shutdown=1))
-    t = threading.Thread(target=server.run, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "proxy did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1", script, counts
-    server.should_exit = True
-    t.join(10)
+    with thread_server(app, what="proxy") as port:
+        yield f"http://127.0.0.1:{port}/v1", script, counts
 
 
 RAIN = ("Write one line about rain.",

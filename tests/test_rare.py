@@ -200,7 +200,7 @@ def test_trainer_replaces_and_the_store_survives_a_kill(tiny_qwen3, tmp_path, mo
     from rubric_jax.rl import rare_phase, trainer
     from rubric_jax.rl.checkpoint import Checkpointer
     from rubric_jax.rl.metrics import read_metrics
-    from test_trainer import _tiny_run_config
+    from test_trainer import _tiny_run_config, kill_then_resume
 
     data = _rare_records(tmp_path / "data.jsonl")
     scorers = []
@@ -217,18 +217,7 @@ def test_trainer_replaces_and_the_store_survives_a_kill(tiny_qwen3, tmp_path, mo
     full = lambda seen: [checks for checks in seen if len(checks) == 3]  # noqa: E731 (not the rescoring calls)
     seen_straight = full(scorers[-1].seen)
 
-    real_step = trainer.train_step
-
-    def crash_at_2(setup, step, key, timer):
-        if step == 2:
-            raise KeyboardInterrupt("killed")
-        return real_step(setup, step, key, timer)
-
-    monkeypatch.setattr(trainer, "train_step", crash_at_2)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train(cfg(), resumed)
-    monkeypatch.setattr(trainer, "train_step", real_step)
-    trainer.train(cfg(), resumed)
+    kill_then_resume(monkeypatch, lambda: trainer.train(cfg(), resumed), 2)
     seen_resumed = full(scorers[-1].seen)  # the resumed process' scorer: step 2 only
 
     # every visit replaced one more saturated criterion of each query (budget 1 in :tiny)

@@ -181,6 +181,24 @@ def test_every_config_runs_a_step(name, tiny_qwen3, tmp_path):
     assert Checkpointer(str(tmp_path)).latest_step() == steps
 
 
+def kill_then_resume(monkeypatch, run, step: int, check=lambda: True):
+    """Runs `run()` with the training step `step` interrupted (KeyboardInterrupt, as a kill would), checks
+    `check()`, then runs it again unharmed: the restart resumes from what the interrupted run saved."""
+    real_step = trainer.train_step
+
+    def crash(setup, s, key, timer):
+        if s == step:
+            raise KeyboardInterrupt("killed")
+        return real_step(setup, s, key, timer)
+
+    monkeypatch.setattr(trainer, "train_step", crash)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    assert check()
+    monkeypatch.setattr(trainer, "train_step", real_step)
+    return run()
+
+
 def _final_lora(workdir):
     ck = Checkpointer(workdir)
     state, meta = ck.restore()
@@ -195,20 +213,9 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_qwen3, tmp_path, 
     cfg = lambda steps: _tiny_run_config("rcrl", tiny_qwen3[0], steps=steps, **{"checkpoint.every": 2})
     trainer.train(cfg(6), straight)
 
-    real_step = trainer.train_step
-
-    def crash_at_3(setup, step, key, timer):
-        if step == 3:
-            raise KeyboardInterrupt("killed")
-        return real_step(setup, step, key, timer)
-
     # The same command (same schedule over 6 steps), killed inside step 3, then restarted.
-    monkeypatch.setattr(trainer, "train_step", crash_at_3)
-    with pytest.raises(KeyboardInterrupt):
-        trainer.train(cfg(6), resumed)
-    assert Checkpointer(resumed).latest_step() == 3  # the state after step 2 was kept
-    monkeypatch.setattr(trainer, "train_step", real_step)
-    trainer.train(cfg(6), resumed)
+    kill_then_resume(monkeypatch, lambda: trainer.train(cfg(6), resumed), 3,
+                     check=lambda: Checkpointer(resumed).latest_step() == 3)  # the state after step 2 was kept
 
     a, meta_a = _final_lora(straight)
     b, meta_b = _final_lora(resumed)

@@ -306,7 +306,7 @@ def test_generate_answers_parsed_or_invalid(tiny_qwen3_model, qwen_tokenizer, mo
 
     j = Judge(tiny_qwen3_model, qwen_tokenizer, mode="generate")
     replies = iter(["Answer: A", "garbage", "Answer: B", "???", "...", "also garbage"])
-    monkeypatch.setattr(j, "_run_generate", lambda seqs: [next(replies) for _ in seqs])
+    monkeypatch.setattr(j, "_run_generate", lambda seqs, seed=0: [next(replies) for _ in seqs])
     res = j.pairwise(PROMPT, RESPONSES, CRITERIA[:1])  # ordered pairs (0,1) (1,0) (0,2) (2,0) (1,2) (2,1)
     assert res.valid[:, :, 0].sum() == 2 and res.metrics["invalid_fraction"] == pytest.approx(4 / 6)
     off = ~np.eye(3, dtype=bool)

@@ -138,6 +138,12 @@ def _reject(answer, req=None):
     ({"updates": [update(check="Is a lighthouse keeper the main character of the story"),
                   update("bottle_message")]},
      "updates[0].check: restates the criterion it replaces ('keeper_protagonist')"),
+    ({"updates": [update(levels=["Told outright.", "told -- OUTRIGHT", "Shown."]), update("bottle_message")]},
+     "updates[0].levels[1]: repeats levels[0]; each score needs its own description"),
+    ({"updates": [update(check="Is it tidy?", levels=["Is it tidy", "b", "c"]), update("bottle_message")]},
+     "updates[0].levels[0]: repeats the criterion's name or check"),
+    ({"updates": [update(), update("bottle_message", levels=["none", "Diagnosis", "all"])]},
+     "updates[1].levels[1]: 'Diagnosis' is a key of the answer format"),
 ])
 def test_rejects_each_malformed_kind_with_a_precise_message(answer, expected):
     assert expected in _reject(answer)
@@ -332,6 +338,31 @@ def test_grammar_forbids_a_later_check_restating_an_earlier_one(llg):
     assert not grammar_accepts(llg, replacement_grammar(req, written=["is the prose tight"]), same)
     other = {"updates": [update(check="Is the prose tight?"), update("bottle_message", check="Is the prose lush?")]}
     assert grammar_accepts(llg, replacement_grammar(req, written=["is the prose tight"]), other)
+
+
+def test_grammar_keeps_levels_distinct_from_each_other_the_name_check_and_format_keys(llg):
+    """What validation rejects in levels, the grammar refuses: a level repeating an earlier level of its
+    update, the update's name or check (`taken`, as the local writer passes it once they are written), or a
+    bare format key."""
+    from rubric_jax.rare.writer import finished_texts
+
+    req = make_request("negative")
+
+    def answer(levels):
+        return {"updates": [update(check="Is the prose tight?", levels=levels), update("bottle_message")]}
+
+    fine = answer(["Padded throughout.", "Padded in places.", "Tight."])
+    text = json.dumps(fine, separators=(",", ":"), ensure_ascii=False)
+    checks, taken = finished_texts(text)
+    assert checks[0] == "is the prose tight" and taken[0][2:] == ("padded throughout", "padded in places", "tight")
+    assert grammar_accepts(llg, replacement_grammar(req, written=checks, taken=taken), fine)
+    assert not grammar_accepts(llg, replacement_grammar(req), answer(["Padded.", "check", "Tight."]))
+    for levels in (["Padded.", "PADDED", "Tight."], ["Is the prose tight", "Padded.", "Tight."]):
+        bad = answer(levels)
+        _, taken_bad = finished_texts(json.dumps(bad, separators=(",", ":"), ensure_ascii=False))
+        with pytest.raises(ReplacementError):
+            validate_replacements(bad, req)
+        assert not grammar_accepts(llg, replacement_grammar(req, written=checks, taken=taken_bad), bad)
 
 
 # ---- retry loop with a scripted backend ----------------------------------------------------------------------------

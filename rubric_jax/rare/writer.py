@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 DIRECTIONS = ("negative", "positive", "mixed")
 UPDATE_FIELDS = ("id", "polarity", "diagnosis", "name", "check", "levels")
 CUT_MARK = "[... cut here: the response continues]"
+# Keys and words of the answer format: as a whole level description they describe nothing.
+FORMAT_WORDS = ("id", "polarity", "diagnosis", "name", "check", "levels", "level", "score", "positive", "negative")
 CHARS_PER_TOKEN = 4  # the cut's budget when no tokenizer is given
 
 
@@ -278,11 +280,13 @@ def replacement_schema(request: WriteRequest, cfg: WriterConfig = WriterConfig()
 
 
 def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(),
-                        written: Sequence[str] = ()) -> str:
+                        written: Sequence[str] = (), taken: Sequence[Sequence[str]] = ()) -> str:
     """A Lark grammar (llguidance) for `replacement_schema`'s answers that also enforces what a JSON schema
     cannot: no check restates (after `normalise_text`) a retained criterion's check, the check it
     replaces, or `written` (the normalised checks of the updates already written, by position; the local
-    writer rebuilds the grammar as each check is finished). Same compact JSON as the schema's grammar."""
+    writer rebuilds the grammar as each check is finished); and no level description repeats another level
+    of its update, the update's name or check (`taken[k]`: the normalised name, check and finished levels of
+    update k, in order), or is a bare key of the format. Same compact JSON as the schema's grammar."""
     from rubric_jax.rare.constrained import json_string_regex, same_words_regex
 
     def lit(text: str) -> str:  # a Lark string literal of raw output, or a JSON string as it is output
@@ -291,8 +295,18 @@ def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(
     ids = request.rubric.ids
     base = [normalise_text(c.check) for c in request.retained]
     terminals = [f"DIAG: /{json_string_regex(cfg.max_diagnosis_chars)}/",
-                 f"NAME: /{json_string_regex(cfg.max_name_chars)}/",
-                 f"LEVEL: /{json_string_regex(cfg.max_level_chars)}/"]
+                 f"NAME: /{json_string_regex(cfg.max_name_chars)}/"]
+
+    def level(k: int, j: int) -> str:
+        """Level j of update k: not a format key, not the update's name or check, not an earlier level."""
+        term = f"LEVEL_{k}_{j}"
+        if not any(t.startswith(term + ":") for t in terminals):
+            own = list(taken[k]) if k < len(taken) else []
+            forbidden = sorted(set(FORMAT_WORDS) | set(own[:2 + j]))  # name, check, levels 0..j-1
+            same = "|".join(f"({same_words_regex(t.split())})" for t in forbidden)
+            terminals.append(f"{term}: /{json_string_regex(cfg.max_level_chars)}/ & ~/{same}/")
+        return term
+
     rules: dict[str, str] = {}
     comma, name_key, check_key, levels_key = lit(","), lit(',"name":'), lit(',"check":'), lit(',"levels":[')
 
@@ -306,7 +320,7 @@ def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(
                 same = "|".join(f"({same_words_regex(t.split())})" for t in forbidden)
                 terminals.append(f"{term}: /{json_string_regex(cfg.max_check_chars)}/ & ~/{same}/")
             head = lit(f'{{"id":{lit(cid)},"polarity":{lit(pol)},"diagnosis":')
-            levels = f" {comma} ".join(["LEVEL"] * (request.rubric[cid].max_points + 1))
+            levels = f" {comma} ".join(level(k, j) for j in range(request.rubric[cid].max_points + 1))
             rules[rule] = f"{head} DIAG {name_key} NAME {check_key} {term} {levels_key} {levels} {lit(']}')}"
         return rule
 
@@ -404,6 +418,19 @@ def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, 
             if _is_placeholder(lv):
                 raise ReplacementError(f"{path}.levels[{j}]: {lv!r} is the template's placeholder; describe what "
                                        f"earns score {j}")
+        seen_levels: dict[str, int] = {}
+        for j, lv in enumerate(levels):
+            key = normalise_text(lv)
+            if key in FORMAT_WORDS:
+                raise ReplacementError(f"{path}.levels[{j}]: {lv!r} is a key of the answer format; describe what "
+                                       f"earns score {j}")
+            if key in (normalise_text(u["check"]), normalise_text(u["name"])):
+                raise ReplacementError(f"{path}.levels[{j}]: repeats the criterion's name or check; describe what "
+                                       f"earns score {j}")
+            if key in seen_levels:
+                raise ReplacementError(f"{path}.levels[{j}]: repeats levels[{seen_levels[key]}]; each score needs its "
+                                       "own description")
+            seen_levels[key] = j
         if normalise_text(u["check"]) == normalise_text(old.check):
             raise ReplacementError(f"{path}.check: restates the criterion it replaces ({cid!r}); write a new check")
         try:
@@ -515,7 +542,27 @@ class RemoteWriter:
         return [o.text for o in self.client.chat_many(reqs, desc="rubric writer")]
 
 
-_CLOSED_CHECK = re.compile(r'"check":("(?:[^"\\]|\\.)*")')
+_JSON_STR = r'"(?:[^"\\]|\\.)*"'
+_CLOSED_NAME_CHECK = re.compile(rf'"name":({_JSON_STR}),"check":({_JSON_STR})')
+_CLOSED_LEVEL = re.compile(rf'({_JSON_STR})(?=[,\]])')
+
+
+def finished_texts(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """From a partial compact answer: (normalised finished checks, per update (name, check, finished
+    levels...) normalised) — what `replacement_grammar` must keep later strings from repeating."""
+    checks, taken = [], []
+    for part in text.split('{"id":')[1:]:
+        m = _CLOSED_NAME_CHECK.search(part)
+        if not m:
+            break
+        name, check = (normalise_text(json.loads(x)) for x in m.groups())
+        checks.append(check)
+        own = [name, check]
+        at = part.find('"levels":[', m.end())
+        if at >= 0:
+            own += [normalise_text(json.loads(x)) for x in _CLOSED_LEVEL.findall(part[at + len('"levels":['):])]
+        taken.append(tuple(own))
+    return tuple(checks), tuple(taken)
 
 
 class LocalWriter:
@@ -544,17 +591,16 @@ class LocalWriter:
             return constrained_generate(self.model, self.tokenizer, ids, specs, **kw)
         if requests is None or len(requests) != len(ids):
             raise ValueError("LocalWriter(exact=True) needs the request of each conversation")
-        written: list[tuple[str, ...]] = [() for _ in requests]
+        state: list[tuple] = [((), ()) for _ in requests]
 
         def regrammar(i: int, text: str):
-            # A check is finished when its closing quote is out; later checks must then differ from it.
-            if len(written[i]) + 1 >= requests[i].count or text.count('"check":"') <= len(written[i]):
+            # Each finished name, check or level tightens what later strings may say: rebuild then. (Checked
+            # after every token: one token may close a string and open the next, e.g. '","'.)
+            now = finished_texts(text)
+            if now == state[i]:
                 return None
-            done = [normalise_text(json.loads(c)) for c in _CLOSED_CHECK.findall(text)]
-            if len(done) <= len(written[i]):
-                return None
-            written[i] = tuple(done)
-            return replacement_grammar(requests[i], self.cfg, written[i])
+            state[i] = now
+            return replacement_grammar(requests[i], self.cfg, *now)
 
         grammars = [replacement_grammar(r, self.cfg) for r in requests]
         return constrained_decode(self.model, self.tokenizer, ids, grammars, regrammar=regrammar, **kw).texts

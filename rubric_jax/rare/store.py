@@ -91,11 +91,19 @@ class RubricStore:
         return True
 
     # ---- persistence -----------------------------------------------------------------------------
-    def state(self) -> dict:
-        """JSON-able state for the checkpoint (revised queries only; initial rubrics come from the data)."""
+    def snapshot(self) -> tuple[dict, dict]:
+        """The store as it is now, cheaply (rubrics are immutable and histories only grow): `state(snapshot)`
+        later gives the checkpoint state of this moment."""
+        return dict(self._current), {k: len(v) for k, v in self._history.items()}
+
+    def state(self, snapshot: tuple[dict, dict] | None = None) -> dict:
+        """JSON-able state for the checkpoint (revised queries only; initial rubrics come from the data), now
+        or at a `snapshot()`."""
+        current, lengths = snapshot if snapshot is not None else (self._current, None)
         return {"version": STATE_VERSION, "source": self.source,
-                "revised": {k: {"rubric": r.to_dict(), "history": self._history.get(k, [])}
-                            for k, r in self._current.items()}}
+                "revised": {k: {"rubric": r.to_dict(),
+                                "history": self._history.get(k, [])[:None if lengths is None else lengths.get(k, 0)]}
+                            for k, r in current.items()}}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         if int(state.get("version", 0)) != STATE_VERSION:

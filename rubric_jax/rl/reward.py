@@ -150,11 +150,17 @@ def per_prompt_metrics(rows: dict[str, Any], cfg: RewardConfig) -> dict[str, flo
     """Figures of `judge_rewards_per_prompt` rows (one process' or pooled)."""
     name = "score/mean" if cfg.judging == "absolute" else "win_rate_spread/mean"
     metrics = {name: float(rows["signal"].mean()), "active_criteria": float(rows["criteria"].mean())}
+    return metrics | health_metrics(rows["health"])
+
+
+def health_metrics(health: Sequence[dict]) -> dict[str, float]:
+    """judge/<figure>: each judge health figure averaged over the groups that report it."""
+    out = {}
     for k in ("position_bias", "invalid_fraction", "verdict_entropy"):
-        vals = [h[k] for h in rows["health"] if k in h]
+        vals = [h[k] for h in health if k in h]
         if vals:
-            metrics[f"judge/{k}"] = float(np.mean(vals))
-    return metrics
+            out[f"judge/{k}"] = float(np.mean(vals))
+    return out
 
 
 def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c: np.ndarray,
@@ -171,11 +177,7 @@ def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c
             metrics[f"win_rate_max/{criteria[ci].id}"] = float(per_c[:, :, ci].max(axis=1).mean())
         metrics[f"weight/{criteria[ci].id}"] = float(weights_c[ci])
     metrics["active_criteria"] = float(np.count_nonzero(weights_c > 0))
-    for k in ("position_bias", "invalid_fraction", "verdict_entropy"):
-        vals = [h[k] for h in health if k in h]
-        if vals:
-            metrics[f"judge/{k}"] = float(np.mean(vals))
-    return metrics
+    return metrics | health_metrics(health)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -389,7 +389,8 @@ def _train(config, workdir: str) -> list[dict]:
                         "last periodic checkpoint, step %d)", hosts.index, step, saved)
         elif step > saved:
             log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
-            lora, opt_state, data_state, store_state = snapshot
+            lora, opt_state, data_state, store_snapshot = snapshot
+            store_state = None if setup.rare is None else setup.rare.store.state(store_snapshot)
             ckpt.save(step, {"lora": lora, "opt_state": opt_state}, _meta(setup, step, data_state, store_state),
                       force=True)
         raise
@@ -402,9 +403,9 @@ def _train(config, workdir: str) -> list[dict]:
 
 
 def _snapshot(setup: Setup):
-    """The state between steps (arrays are immutable, so these are references; the rubric store's state is a
-    fresh dict)."""
-    return setup.policy.lora, setup.policy.opt_state, setup.data_iter.get_state(), _store_state(setup)
+    """The state between steps (arrays and rubrics are immutable, so this copies no data)."""
+    store = None if setup.rare is None else setup.rare.store.snapshot()
+    return setup.policy.lora, setup.policy.opt_state, setup.data_iter.get_state(), store
 
 
 def _store_state(setup: Setup) -> dict | None:

@@ -1,0 +1,152 @@
+"""Validation of a rubric writer's answer (RARE sample-level replacement; see writer.py for the request and
+the retry loop that feeds each error back).
+
+Source: "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation", the appendix
+on sample-level updates: each replacement keeps the replaced id and max_points, describes every integer
+score, follows the configured direction, and measures something the retained criteria do not.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+from rubric_jax.rubrics.types import Criterion, RubricError
+
+if TYPE_CHECKING:
+    from rubric_jax.rare.writer import WriteRequest
+
+UPDATE_FIELDS = ("id", "polarity", "diagnosis", "name", "check", "levels")
+# Keys and words of the answer format: as a whole level description they describe nothing.
+FORMAT_WORDS = ("id", "polarity", "diagnosis", "name", "check", "levels", "level", "score", "positive", "negative")
+
+
+class ReplacementError(ValueError):
+    """A writer answer that cannot be used; the message says exactly what is wrong (it is fed back)."""
+
+
+def normalise_text(text: str) -> str:
+    """Lowercase, punctuation removed, whitespace collapsed: how checks are compared for duplicates."""
+    no_punct = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text.lower())
+    return " ".join(no_punct.split())
+
+
+def _is_placeholder(text: str) -> bool:
+    t = text.strip()
+    return t.startswith("<") and t.endswith(">") and ">" not in t[1:-1]
+
+
+def _parse(text_or_obj: Any) -> Any:
+    if not isinstance(text_or_obj, str):
+        return text_or_obj
+    text = text_or_obj.strip()
+    fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", text, flags=re.S)  # a lone code fence is tolerated
+    if fenced:
+        text = fenced.group(1)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReplacementError(f"the answer is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+                               'reply with one JSON object {"updates": [...]} and nothing else') from None
+
+
+def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, Criterion]:
+    """The accepted replacements {id: Criterion}, or ReplacementError naming the first problem found."""
+    obj = _parse(text_or_obj)
+    if not isinstance(obj, dict):
+        raise ReplacementError(f'the answer must be a JSON object {{"updates": [...]}}, got a {type(obj).__name__}')
+    updates = obj.get("updates")
+    if not isinstance(updates, list):
+        raise ReplacementError('the object has no "updates" list')
+    b = request.count
+    if len(updates) != b:
+        raise ReplacementError(f'"updates" must hold exactly {b} update(s), got {len(updates)}')
+    allowed = request.allowed_polarities()
+    out: dict[str, Criterion] = {}
+    first_use: dict[str, int] = {}
+    polarities = []
+    for k, u in enumerate(updates):
+        path = f"updates[{k}]"
+        if not isinstance(u, dict):
+            raise ReplacementError(f"{path}: must be an object, got a {type(u).__name__}")
+        for f in UPDATE_FIELDS:
+            if f not in u:
+                raise ReplacementError(f'{path}: missing field "{f}"')
+        for f in ("id", "polarity", "diagnosis", "name", "check"):
+            if not isinstance(u[f], str) or not u[f].strip():
+                raise ReplacementError(f'{path}.{f}: must be a non-empty string')
+            if _is_placeholder(u[f]):
+                raise ReplacementError(f"{path}.{f}: {u[f]!r} is the template's placeholder; write the actual text")
+        cid = u["id"]
+        if cid not in request.eligible:
+            why = "a retained criterion" if cid in request.rubric.ids else "not a criterion of this rubric"
+            raise ReplacementError(f"{path}.id: {cid!r} is {why}; replace one of the saturated criteria "
+                                   f"{list(request.eligible)}")
+        if cid in first_use:
+            raise ReplacementError(f"{path}.id: {cid!r} is already replaced by updates[{first_use[cid]}]; "
+                                   "each saturated criterion is replaced at most once")
+        first_use[cid] = k
+        pol = u["polarity"]
+        if pol not in allowed:
+            raise ReplacementError(f"{path}.polarity: {pol!r} is not allowed; the {request.direction} direction "
+                                   f"requires {' or '.join(repr(p) for p in allowed)}")
+        polarities.append(pol)
+        old = request.rubric[cid]
+        m = old.max_points
+        if "max_points" in u and (not isinstance(u["max_points"], int) or isinstance(u["max_points"], bool)
+                                  or u["max_points"] != m):
+            raise ReplacementError(f"{path}.max_points: must stay {m} (the max of {cid!r}), got {u['max_points']!r}")
+        levels = u["levels"]
+        if not isinstance(levels, list) or len(levels) != m + 1:
+            got = f"{len(levels)} entries" if isinstance(levels, list) else f"a {type(levels).__name__}"
+            raise ReplacementError(f"{path}.levels: must list exactly {m + 1} descriptions, one per score 0..{m} "
+                                   f"(max_points of {cid!r} is {m}), got {got}")
+        seen_levels: dict[str, int] = {}
+        for j, lv in enumerate(levels):
+            if not isinstance(lv, str) or not lv.strip():
+                raise ReplacementError(f"{path}.levels[{j}]: the description of score {j} must be a non-empty string")
+            if _is_placeholder(lv):
+                raise ReplacementError(f"{path}.levels[{j}]: {lv!r} is the template's placeholder; describe what "
+                                       f"earns score {j}")
+            key = normalise_text(lv)
+            if key in FORMAT_WORDS:
+                raise ReplacementError(f"{path}.levels[{j}]: {lv!r} is a key of the answer format; describe what "
+                                       f"earns score {j}")
+            if key in (normalise_text(u["check"]), normalise_text(u["name"])):
+                raise ReplacementError(f"{path}.levels[{j}]: repeats the criterion's name or check; describe what "
+                                       f"earns score {j}")
+            if key in seen_levels:
+                raise ReplacementError(f"{path}.levels[{j}]: repeats levels[{seen_levels[key]}]; each score needs its "
+                                       "own description")
+            seen_levels[key] = j
+        if normalise_text(u["check"]) == normalise_text(old.check):
+            raise ReplacementError(f"{path}.check: restates the criterion it replaces ({cid!r}); write a new check")
+        try:
+            out[cid] = Criterion(id=cid, name=u["name"].strip(), check=u["check"].strip(),
+                                 levels=tuple(lv.strip() for lv in levels), max_points=m, polarity=pol,
+                                 scoring="levels")
+        except RubricError as e:
+            raise ReplacementError(f"{path}: {e}") from None
+    if request.direction == "mixed" and b >= 2 and len(set(polarities)) < 2:
+        raise ReplacementError(f"the mixed direction with {b} updates needs both polarities (at least one "
+                               f"positive and one negative); all updates are {polarities[0]!r}")
+    retained = {normalise_text(c.check): c.id for c in request.retained}
+    seen: dict[str, int] = {}
+    for k, u in enumerate(updates):
+        key = normalise_text(u["check"])
+        if key in retained:
+            raise ReplacementError(f"updates[{k}].check: duplicates the check of the retained criterion "
+                                   f"{retained[key]!r}; measure something different")
+        if key in seen:
+            raise ReplacementError(f"updates[{k}].check: duplicates the check of updates[{seen[key]}]; each update "
+                                   "must measure something different")
+        seen[key] = k
+    try:
+        request.rubric.replace_criteria(out)
+    except RubricError as e:
+        raise ReplacementError(f"the revised rubric is invalid: {e}") from None
+    return out
+
+

@@ -1,9 +1,14 @@
-"""Validation of a rubric writer's answer (RARE sample-level replacement; see writer.py for the request and
-the retry loop that feeds each error back).
+"""Validation of a rubric writer's answer, in every request mode (see writer.py for the request and the retry
+loop that feeds each error back, writer_prompts.py for what each mode asks).
 
-Source: "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation", the appendix
-on sample-level updates: each replacement keeps the replaced id and max_points, describes every integer
-score, follows the configured direction, and measures something the retained criteria do not.
+Source: "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation", the appendices
+on sample- and task-level updates: each update keeps the id and max_points of the criterion it takes the place
+of, describes every integer score, follows the configured direction, and measures something the retained
+criteria do not. Per mode on top of that: a whole-rubric rewrite (revise, refine) lists every criterion once,
+in rubric order, so the score columns keep their meaning; propose fills the empty slots and never restates the
+query's kept criteria. In every mode a check may not restate an inactive (dropped) criterion.
+
+The messages are fed back to the writer model, so each names the field and says what to write instead.
 """
 
 from __future__ import annotations
@@ -61,8 +66,16 @@ def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, 
     if not isinstance(updates, list):
         raise ReplacementError('the object has no "updates" list')
     b = request.count
+    whole = request.mode in ("revise", "refine")
+    ids = list(request.rubric.ids)
     if len(updates) != b:
-        raise ReplacementError(f'"updates" must hold exactly {b} update(s), got {len(updates)}')
+        msg = f'"updates" must hold exactly {b} update(s), got {len(updates)}'
+        if whole:
+            present = {u.get("id") for u in updates if isinstance(u, dict) and isinstance(u.get("id"), str)}
+            missing = [c for c in ids if c not in present]
+            msg += (f"; missing {missing}" if missing else "")
+            msg += f"; rewrite every criterion once, in the rubric's order {ids}"
+        raise ReplacementError(msg)
     allowed = request.allowed_polarities()
     out: dict[str, Criterion] = {}
     first_use: dict[str, int] = {}
@@ -80,11 +93,28 @@ def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, 
             if _is_placeholder(u[f]):
                 raise ReplacementError(f"{path}.{f}: {u[f]!r} is the template's placeholder; write the actual text")
         cid = u["id"]
+        if whole and cid != ids[k]:
+            if cid not in ids:
+                what = f"{cid!r} is not a criterion of this rubric"
+            elif cid in first_use:
+                what = f"{cid!r} was already rewritten by updates[{first_use[cid]}]"
+            else:
+                what = f"{cid!r} is out of order"
+            raise ReplacementError(f"{path}.id: {what}; update {k} must rewrite {ids[k]!r} (criterion {k + 1} of "
+                                   f"{len(ids)}): rewrite every criterion once, in the rubric's order {ids}")
+        if request.mode == "propose" and cid not in request.eligible:
+            why = ("a kept criterion (initial requirement or active pool)" if cid in ids
+                   else "not one of the empty slots")
+            raise ReplacementError(f"{path}.id: {cid!r} is {why}; fill the empty slots {list(request.eligible)}, "
+                                   "in that order")
         if cid not in request.eligible:
             why = "a retained criterion" if cid in request.rubric.ids else "not a criterion of this rubric"
             raise ReplacementError(f"{path}.id: {cid!r} is {why}; replace one of the saturated criteria "
                                    f"{list(request.eligible)}")
         if cid in first_use:
+            if request.mode == "propose":
+                raise ReplacementError(f"{path}.id: the slot {cid!r} is already filled by updates[{first_use[cid]}]; "
+                                       f"fill each slot once, in the order {list(request.eligible)}")
             raise ReplacementError(f"{path}.id: {cid!r} is already replaced by updates[{first_use[cid]}]; "
                                    "each saturated criterion is replaced at most once")
         first_use[cid] = k
@@ -122,6 +152,12 @@ def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, 
                                        "own description")
             seen_levels[key] = j
         if normalise_text(u["check"]) == normalise_text(old.check):
+            if request.mode == "propose":
+                raise ReplacementError(f"{path}.check: copies the empty slot's placeholder text; write a real check")
+            if whole:
+                how = "move its scoring boundary" if request.mode == "revise" else "merge a refinement into it"
+                raise ReplacementError(f"{path}.check: restates the current check of {cid!r} unchanged; rewrite it "
+                                       f"({how})")
             raise ReplacementError(f"{path}.check: restates the criterion it replaces ({cid!r}); write a new check")
         try:
             out[cid] = Criterion(id=cid, name=u["name"].strip(), check=u["check"].strip(),
@@ -133,12 +169,17 @@ def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, 
         raise ReplacementError(f"the mixed direction with {b} updates needs both polarities (at least one "
                                f"positive and one negative); all updates are {polarities[0]!r}")
     retained = {normalise_text(c.check): c.id for c in request.retained}
+    inactive = {normalise_text(c.check): c.id for c in request.inactive}
+    kept = "kept criterion" if request.mode == "propose" else "retained criterion"
     seen: dict[str, int] = {}
     for k, u in enumerate(updates):
         key = normalise_text(u["check"])
         if key in retained:
-            raise ReplacementError(f"updates[{k}].check: duplicates the check of the retained criterion "
+            raise ReplacementError(f"updates[{k}].check: duplicates the check of the {kept} "
                                    f"{retained[key]!r}; measure something different")
+        if key in inactive:
+            raise ReplacementError(f"updates[{k}].check: restates {inactive[key]!r}, a criterion already tried and "
+                                   "dropped; measure something different")
         if key in seen:
             raise ReplacementError(f"updates[{k}].check: duplicates the check of updates[{seen[key]}]; each update "
                                    "must measure something different")

@@ -1,16 +1,26 @@
-"""RARE's rubric writer: replacement criteria for a group's saturated criteria, validated, with retries.
+"""RARE's rubric writer: criteria written from scored responses, validated, with retries.
 
-Source: "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation",
-sections "Sample-Level Criterion Replacement" and "Sample-Level Rubric Updates". When every one of a
-prompt's G responses gets full marks on a criterion, that criterion adds the same constant to every
-reward and cancels in the group-relative advantage. A writer model compares the responses and writes
-b = min(B, |eligible|) replacements, each keeping the replaced id and max_points (so the column
-order and the reward denominator stay fixed) and describing every integer score 0..max, in a
-configured direction: "negative" (full marks when an observed flaw is absent), "positive" (full marks
-when a desired quality is fully realised) or "mixed" (either; both when b >= 2).
+Source: "RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation". One request
+format serves four modes (MODES), all answered as {"updates": [...]}, one object per criterion written, each
+keeping the id and max_points of the criterion it takes the place of (so the score columns and the reward's
+denominator never change) and describing every integer score 0..max:
+
+  replace  the sample-level step: when all G responses to a prompt get full marks on a criterion it adds the
+           same constant to every reward and cancels in the group-relative advantage, so b = min(B, |eligible|)
+           of those saturated criteria get new checks, chosen by comparing the responses.
+  revise   the task-level step: a shared rubric (one per task, e.g. a kind of video) is rewritten whole, in
+           order, from representative rollouts of 12-16 different queries (`queries`, `notes`).
+  refine   the MPO baseline ("Meta Policy Optimization", as the RARE paper adapts it): the same rewrite, framed
+           as fixing where the scores look wrong, lenient, vague or exploitable.
+  propose  the RLER baseline ("Reinforcement Learning with Evolving Rubrics", as the RARE paper adapts it): new
+           criteria for a query fill placeholder slots (`slot_criterion`) after its initial criteria and its
+           active pool; criteria it dropped before (`inactive`) may not come back.
+
+The direction fixes the polarities: "negative" (full marks when an observed flaw is absent), "positive" (full
+marks when a desired quality is fully realised), "mixed" (either; both when b >= 2) or "any" (either, freely).
 
 Pieces (pure functions where possible):
-  build_messages        the writer prompt (our wording; the paper's prompt is only the template's shape)
+  build_messages        the writer prompt of the request's mode (writer_prompts.py; our wording)
   replacement_schema    the JSON schema of a structurally valid answer
   replacement_grammar   the same as a Lark grammar that also refuses checks restating other criteria
   validate_replacements every rule, with a precise ReplacementError message (fed back on a retry;
@@ -19,13 +29,14 @@ Pieces (pure functions where possible):
   RemoteWriter          any OpenAI-compatible server through ChatClient (validation + retries only)
   LocalWriter           our own model, decoding constrained to the request's grammar (constrained.py), so
                         a finished answer passes validation whole (a cut one is retried)
+None of these needs to know the mode beyond what the request's fields already say.
 
 A check "restates" another when both are equal after `normalise_text` (lowercase, punctuation dropped,
-whitespace collapsed): a replacement may not restate a retained criterion, another replacement, or the
-criterion it replaces. Whether a criterion is *good* (observable, general, free of plot details) is
-left to the writer model; nothing here can check it.
+whitespace collapsed): an update may not restate a retained criterion, an inactive one, another update, or
+the criterion it takes the place of. Whether a criterion is *good* (observable, general, free of plot
+details) is left to the writer model; nothing here can check it.
 
-Scoring the replacements (the judge's rescoring of the same G responses) is not done here.
+Scoring the written criteria (the judge's rescoring of the same responses) is not done here.
 """
 
 from __future__ import annotations
@@ -35,39 +46,61 @@ import itertools
 import json
 import logging
 import re
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import numpy as np
 
 from rubric_jax.rare.validate import (FORMAT_WORDS, UPDATE_FIELDS, ReplacementError, normalise_text,
                                       validate_replacements)
+from rubric_jax.rare.writer_prompts import (CHARS_PER_TOKEN, CUT_MARK, DIRECTION_TEXT, build_messages,  # noqa: F401
+                                            criterion_line, cut_response, direction_instruction, example_update,
+                                            feedback_message, score_line)
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 log = logging.getLogger(__name__)
 
-DIRECTIONS = ("negative", "positive", "mixed")
-CUT_MARK = "[... cut here: the response continues]"
-CHARS_PER_TOKEN = 4  # the cut's budget when no tokenizer is given
+DIRECTIONS = ("negative", "positive", "mixed", "any")
+MODES = ("replace", "revise", "refine", "propose")
+WHOLE_RUBRIC_MODES = ("revise", "refine")  # every criterion rewritten, in rubric order
+SLOT_CHECK = "[empty slot: a new criterion is written here]"
+_criterion_line, _score_line = criterion_line, score_line  # the names these had before writer_prompts.py
+
+
+def slot_criterion(cid: str, max_points: int) -> Criterion:
+    """A placeholder for a criterion still to be written ("propose" mode): the writer fills it, keeping its id
+    and max_points. Its texts say it is empty, so a judge shown one by mistake cannot mistake it for a check."""
+    levels = tuple(f"[empty slot: score {k} of {max_points} not described yet]" for k in range(max_points + 1))
+    return Criterion(id=cid, name="Empty slot", check=SLOT_CHECK, levels=levels, max_points=max_points,
+                     polarity="positive", scoring="levels")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class WriteRequest:
-    """One prompt's replacement request. scores/valid: (G, C), columns in rubric order."""
+    """One writing request. scores/valid: (G, C), columns in rubric order. `eligible` are the criteria the
+    answer takes the place of: saturated ones (replace), every id in order (revise, refine) or the empty slots
+    (propose). queries/notes: empty, or one per response (evidence drawn from many queries, e.g. "group mean
+    reward 0.62, rank 3 of 14"). inactive: criteria used before and dropped, never to be restated."""
 
     query: str
     rubric: Rubric
-    eligible: tuple[str, ...]  # ids of the saturated criteria
-    count: int  # b = min(B, |eligible|)
-    direction: str  # "negative" | "positive" | "mixed"
+    eligible: tuple[str, ...]
+    count: int  # b: how many criteria to write
+    direction: str  # one of DIRECTIONS
     responses: tuple[str, ...]
     scores: np.ndarray
     valid: np.ndarray
+    mode: str = "replace"
+    queries: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    inactive: tuple[Criterion, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "eligible", tuple(self.eligible))
-        object.__setattr__(self, "responses", tuple(self.responses))
+        for f in ("eligible", "responses", "queries", "notes", "inactive"):
+            object.__setattr__(self, f, tuple(getattr(self, f)))
         object.__setattr__(self, "scores", np.asarray(self.scores))
         object.__setattr__(self, "valid", np.asarray(self.valid, bool))
+        if self.mode not in MODES:
+            raise ValueError(f"mode: unknown {self.mode!r}; expected one of {MODES}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction: unknown {self.direction!r}; expected one of {DIRECTIONS}")
         unknown = [c for c in self.eligible if c not in self.rubric.ids]
@@ -75,17 +108,36 @@ class WriteRequest:
             raise ValueError(f"eligible: {self.eligible} must be distinct ids of the rubric {self.rubric.ids}")
         if not 1 <= self.count <= len(self.eligible):
             raise ValueError(f"count: must be in 1..{len(self.eligible)} (the eligible criteria), got {self.count}")
+        if self.whole_rubric and (self.eligible != self.rubric.ids or self.count != len(self.rubric)):
+            raise ValueError(f"{self.mode} mode rewrites the whole rubric: eligible must be every id in rubric "
+                             f"order {self.rubric.ids} and count {len(self.rubric)}; got {self.eligible}, "
+                             f"count {self.count}")
+        if self.mode == "propose" and self.count != len(self.eligible):
+            raise ValueError(f"propose mode fills every slot: count must equal the {len(self.eligible)} slot ids "
+                             f"in eligible, got {self.count}")
+        for f in ("queries", "notes"):
+            got = getattr(self, f)
+            if got and len(got) != len(self.responses):
+                raise ValueError(f"{f}: one per response ({len(self.responses)}) or none, got {len(got)}")
+            if not all(isinstance(x, str) for x in got):
+                raise ValueError(f"{f}: must be strings")
+        if not all(isinstance(c, Criterion) for c in self.inactive):
+            raise ValueError("inactive: must be Criterion objects")
         shape = (len(self.responses), len(self.rubric))
         if self.scores.shape != shape or self.valid.shape != shape:
             raise ValueError(f"scores/valid: expected shape {shape} (responses, criteria), got "
                              f"{self.scores.shape} and {self.valid.shape}")
 
     @property
+    def whole_rubric(self) -> bool:
+        return self.mode in WHOLE_RUBRIC_MODES
+
+    @property
     def retained(self) -> tuple[Criterion, ...]:
         return tuple(c for c in self.rubric if c.id not in self.eligible)
 
     def allowed_polarities(self) -> tuple[str, ...]:
-        return ("negative", "positive") if self.direction == "mixed" else (self.direction,)
+        return ("negative", "positive") if self.direction in ("mixed", "any") else (self.direction,)
 
 
 @dataclasses.dataclass
@@ -101,6 +153,7 @@ class WriterConfig:
     max_attempts: int = 3
     temperature: float = 0.2  # as in the RARE paper
     max_response_tokens: int = 384  # per response shown to the writer
+    max_query_tokens: int = 256  # per query shown with its response (requests with `queries`)
     max_new_tokens: int = 1536
     seed: int = 0
     # String limits of the schema (bounded decoding; the prompt states them too).
@@ -109,115 +162,6 @@ class WriterConfig:
     max_level_chars: int = 160
     max_diagnosis_chars: int = 200
     max_schema_alternatives: int = 64  # above this, the schema lets ids/polarities vary per item
-
-
-# ---- prompt -------------------------------------------------------------------------------------------------------
-
-DIRECTION_TEXT = {
-    "negative": (
-        'Every update is a NEGATIVE criterion ("polarity": "negative"). Base it on a flaw you can point to in at '
-        "least one response. A response with no trace of the flaw earns the maximum; the score drops as the flaw "
-        "becomes more frequent or more harmful, and 0 means the flaw is serious enough to spoil the response."),
-    "positive": (
-        'Every update is a POSITIVE criterion ("polarity": "positive"). Base it on a quality the stronger responses '
-        "show more fully than the weaker ones. A response that realises it completely earns the maximum; the "
-        "score drops as it is realised less well, and 0 means the quality is missing."),
-    "mixed": (
-        'Each update may be POSITIVE ("polarity": "positive": full marks when a desired quality is fully realised) '
-        'or NEGATIVE ("polarity": "negative": full marks when an observed flaw is absent).{both} Whatever the '
-        "polarity, a higher score must always mean a better response."),
-}
-
-
-def direction_instruction(direction: str, count: int) -> str:
-    text = DIRECTION_TEXT[direction]
-    if direction == "mixed":
-        both = (f" You write {count} updates, so use both polarities: at least one positive and at least one "
-                "negative." if count >= 2 else "")
-        text = text.format(both=both)
-    return text
-
-
-def cut_response(text: str, max_tokens: int, tokenizer=None) -> tuple[str, bool]:
-    """(text cut to max_tokens tokens, whether it was cut); ~4 characters a token without a tokenizer."""
-    if tokenizer is not None:
-        ids = tokenizer.encode(text)
-        if len(ids) <= max_tokens:
-            return text, False
-        return tokenizer.decode(ids[:max_tokens]).rstrip() + " " + CUT_MARK, True
-    limit = max_tokens * CHARS_PER_TOKEN
-    if len(text) <= limit:
-        return text, False
-    return text[:limit].rstrip() + " " + CUT_MARK, True
-
-
-def _criterion_line(c: Criterion) -> str:
-    scale = f"scored 0 or {c.max_points} only" if c.scoring == "binary" else f"scored 0..{c.max_points}"
-    return f"- `{c.id}` ({c.name}; max {c.max_points}, {scale}): {c.check}"
-
-
-def _score_line(request: WriteRequest, g: int) -> str:
-    parts = []
-    for k, c in enumerate(request.rubric):
-        s = f"{int(request.scores[g, k])}/{c.max_points}" if request.valid[g, k] else "n/a"
-        parts.append(f"{c.id}={s}")
-    return ", ".join(parts)
-
-
-def example_update(request: WriteRequest) -> dict:
-    cid = request.eligible[0]
-    m = request.rubric[cid].max_points
-    return {"id": cid, "polarity": request.allowed_polarities()[0],
-            "diagnosis": "<the observed difference between responses, short>", "name": "<short title>",
-            "check": "<one observable check>", "levels": [f"<what earns {k}>" for k in range(m + 1)]}
-
-
-def build_messages(request: WriteRequest, cfg: WriterConfig = WriterConfig(), tokenizer=None) -> list[dict]:
-    """The writer's chat messages (system + user) for one request."""
-    b = request.count
-    saturated = [request.rubric[c] for c in request.eligible]
-    retained = request.retained
-    lines = ["## Query", request.query.strip(), "", "## Current rubric (in order)"]
-    lines += [_criterion_line(c) for c in request.rubric]
-    lines += ["", f"## Saturated criteria: every response got full marks (replace {b} of them)"]
-    lines += [f"- `{c.id}` (max_points {c.max_points})" for c in saturated]
-    lines += ["", "## Retained criteria: kept unchanged; your checks must rely on different evidence"]
-    lines += [_criterion_line(c) for c in retained] or ["- (none)"]
-    lines += ["", f"## The {len(request.responses)} responses with their current scores"]
-    for g, text in enumerate(request.responses):
-        shown, _ = cut_response(text, cfg.max_response_tokens, tokenizer)
-        lines += [f"### Response {g + 1}", f"Scores: {_score_line(request, g)}", "<<<", shown.strip(), ">>>", ""]
-    ids = ", ".join(f"`{c.id}`" for c in saturated)
-    lines += [
-        "## Task",
-        "The saturated criteria no longer separate better responses from weaker ones. Compare the responses "
-        f"with each other, find {b} clear and independent differences in quality that the retained criteria do "
-        f"not already measure, and turn each into a new criterion that replaces one saturated criterion.",
-        "", "## Direction", direction_instruction(request.direction, b), "", "## Rules",
-        f"1. Write exactly {b} update(s). Each `id` is one of {ids}, and no id is used twice.",
-        "2. Keep the replaced criterion's max_points: the new criterion is scored on the same 0..max scale.",
-        "3. One observable direction per criterion: a higher score always means a better response.",
-        "4. `levels` has one description for every integer score from 0 up to max_points, in that order "
-        "(max_points + 1 non-empty strings), each saying what a response at that score looks like.",
-        "5. Generalise: the criterion must apply to any response to this query. Do not mention response "
-        "numbers, names or plot details of particular responses, and do not prescribe one way to succeed.",
-        "6. Distinct evidence: each check measures something no retained criterion and no other update "
-        "measures, and it must not restate the criterion it replaces.",
-        f"7. Be brief: name <= {cfg.max_name_chars} characters, check <= {cfg.max_check_chars}, each level <= "
-        f"{cfg.max_level_chars}, diagnosis <= {cfg.max_diagnosis_chars}.",
-        "", "## Output",
-        'Reply with JSON only, no text before or after it: {"updates": [ ... ]} with one object per update, '
-        "with exactly these keys, for example:",
-        json.dumps({"updates": [example_update(request)]}, ensure_ascii=False),
-    ]
-    system = ("You revise grading rubrics used to train a writing model. You read responses and their scores "
-              "and write precise, observable criteria. You answer with JSON only.")
-    return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
-
-
-def feedback_message(error: str) -> str:
-    return (f"That answer was rejected: {error}\nFix this and write the complete JSON object again, following "
-            "every rule above. Reply with the JSON only.")
 
 
 # ---- schema -------------------------------------------------------------------------------------------------------
@@ -245,6 +189,8 @@ def answer_shapes(request: WriteRequest, cfg: WriterConfig = WriterConfig()) -> 
     Distinct ids and the mixed direction's "both polarities" are not expressible per item, so while the
     count stays under cfg.max_schema_alternatives the alternatives are fixed tuples: ids in the order
     `eligible` lists them x polarity patterns; beyond that, fewer constraints (validation catches the rest).
+    A whole-rubric rewrite (eligible = every id, count = all) or a propose request (count = the slots) has one
+    id combination, so its ids are always fixed, in order.
     """
     b, pols = request.count, request.allowed_polarities()
     combos = list(itertools.combinations(request.eligible, b))
@@ -277,7 +223,7 @@ def replacement_schema(request: WriteRequest, cfg: WriterConfig = WriterConfig()
 def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(),
                         written: Sequence[str] = (), taken: Sequence[Sequence[str]] = ()) -> str:
     """A Lark grammar (llguidance) for `replacement_schema`'s answers that also enforces what a JSON schema
-    cannot: no check restates (after `normalise_text`) a retained criterion's check, the check it
+    cannot: no check restates (after `normalise_text`) a retained or inactive criterion's check, the check it
     replaces, or `written` (the normalised checks of the updates already written, by position; the local
     writer rebuilds the grammar as each check is finished); and no level description repeats another level
     of its update, the update's name or check (`taken[k]`: the normalised name, check and finished levels of
@@ -288,7 +234,7 @@ def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(
         return json.dumps(text, ensure_ascii=False)
 
     ids = request.rubric.ids
-    base = [normalise_text(c.check) for c in request.retained]
+    base = [normalise_text(c.check) for c in (*request.retained, *request.inactive)]
     terminals = [f"DIAG: /{json_string_regex(cfg.max_diagnosis_chars)}/",
                  f"NAME: /{json_string_regex(cfg.max_name_chars)}/"]
 
@@ -475,6 +421,8 @@ class LocalWriter:
         return constrained_decode(self.model, self.tokenizer, ids, grammars, regrammar=regrammar, **kw).texts
 
 
-__all__ = ["DIRECTIONS", "LocalWriter", "RemoteWriter", "ReplacementError", "WriteOutcome", "WriteRequest",
-           "WriterBackend", "WriterConfig", "answer_shapes", "build_messages", "cut_response", "direction_instruction",
-           "normalise_text", "replacement_grammar", "replacement_schema", "validate_replacements", "write"]
+__all__ = ["CUT_MARK", "DIRECTIONS", "DIRECTION_TEXT", "MODES", "SLOT_CHECK", "WHOLE_RUBRIC_MODES", "LocalWriter",
+           "RemoteWriter", "ReplacementError", "WriteOutcome", "WriteRequest", "WriterBackend", "WriterConfig",
+           "answer_shapes", "build_messages", "cut_response", "direction_instruction", "feedback_message",
+           "finished_texts", "normalise_text", "replacement_grammar", "replacement_schema", "slot_criterion",
+           "validate_replacements", "write"]

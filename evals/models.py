@@ -6,7 +6,7 @@ A `--models` argument is a comma-separated list of `name=spec` (or a bare `spec`
   - a PEFT adapter directory (adapter_config.json + adapter_model.safetensors): its base is the config's
     base_model_name_or_path, or `--base` when that is missing;
   - a training workdir (config.json + checkpoints/): the run's base model with its latest LoRA checkpoint
-    merged in;
+    merged in, or, for a full-parameter run (finetune="full"), its latest parameters;
   - several of the above joined with '+' (e.g. training seeds): one contestant whose members each answer
     every prompt, all their comparisons counting for that name;
   - `shuffled:<spec>`: that model's answers with their words shuffled (seeded), a known-worse contestant.
@@ -234,7 +234,8 @@ class LoadedMember:
         self._fp: str | None = None
         self._model = None
         self._tokenizer = None
-        self._lora = None  # workdir: restored LoRA pure dict; peft: tensors
+        self._lora = None  # workdir: restored LoRA (or full-parameter) pure dict; peft: tensors
+        self._finetune = None  # workdir: "lora" | "full"
         self._step = None
 
     # ---- fingerprint ----
@@ -260,24 +261,28 @@ class LoadedMember:
 
             cfg = run_config(s.path)
             h = _base_digest(base_model_name(cfg), self.cache_dir)
-            lora, _ = self._trained_lora()
+            trained, _ = self._trained()
             # digested as the trainer's checkpoints store the adapters (each array under "value"), so
             # fingerprints, and the caches keyed on them, match those taken before rubric_jax.rl.workdir
-            h.update(arrays_digest(_as_stored(lora)).encode())
-            lc = cfg.get("lora", {})
-            h.update(json.dumps({k: lc.get(k) for k in ("rank", "alpha", "targets")}, sort_keys=True).encode())
+            h.update(arrays_digest(_as_stored(trained)).encode())
+            if self._finetune == "full":  # the arrays are the whole model: no adapter settings apply
+                h.update(b"finetune=full")
+            else:
+                lc = cfg.get("lora", {})
+                h.update(json.dumps({k: lc.get(k) for k in ("rank", "alpha", "targets")}, sort_keys=True).encode())
             h.update(str(cfg.get("dtype", "float32")).encode())
         else:  # pragma: no cover
             raise ModelSpecError(f"unknown kind {s.kind!r}")
         return h.hexdigest()
 
-    def _trained_lora(self):
-        """(the workdir's latest LoRA adapters as a pure dict, its step), read once."""
+    def _trained(self):
+        """(the workdir's latest trained arrays as a pure dict: LoRA adapters, or all parameters when
+        `_finetune` is "full"; its step), read once."""
         if self._lora is None:
-            from rubric_jax.rl.workdir import latest_lora
+            from rubric_jax.rl.workdir import latest_trained
 
             try:
-                self._lora, self._step = latest_lora(self.spec.path)
+                self._finetune, self._lora, self._step = latest_trained(self.spec.path)
             except FileNotFoundError as e:
                 raise ModelSpecError(str(e)) from e
         return self._lora, self._step
@@ -310,18 +315,25 @@ class LoadedMember:
             tok_dir = s.path if os.path.exists(os.path.join(s.path, "tokenizer.json")) else s.base
             self._tokenizer = load_tokenizer(tok_dir)
         elif s.kind == "workdir":
-            from rubric_jax.rl.workdir import apply_trained_lora, base_model_name, run_config
+            from rubric_jax.rl.workdir import (apply_trained_lora, base_model_name, run_config,
+                                               trained_params_model)
 
             cfg = run_config(s.path)
             base = base_model_name(cfg)
-            lora, step = self._trained_lora()
-            model = load_model(base, dtype=jnp.dtype(cfg.get("dtype") or "float32"))
+            trained, step = self._trained()
             try:
-                self._model = apply_trained_lora(model, cfg, lora)
+                if self._finetune == "full":
+                    self._model = trained_params_model(cfg, trained)
+                else:
+                    model = load_model(base, dtype=jnp.dtype(cfg.get("dtype") or "float32"))
+                    self._model = apply_trained_lora(model, cfg, trained)
             except ValueError as e:
                 raise ModelSpecError(f"{s.path!r}: {e}") from e
             self._tokenizer = load_tokenizer(cfg.get("tokenizer") or base)
-            log.info("%s: base %s + LoRA step %d (merged)", s.path, base, step)
+            if self._finetune == "full":
+                log.info("%s: full parameters of step %d (architecture of %s)", s.path, step, base)
+            else:
+                log.info("%s: base %s + LoRA step %d (merged)", s.path, base, step)
 
     def describe(self) -> str:
         return f"{self.spec.label} [{self.spec.kind}] {self.fingerprint[:12]}"

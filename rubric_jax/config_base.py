@@ -36,9 +36,15 @@ def base_config() -> ml_collections.ConfigDict:
     # Where each prompt's rubric comes from: "config" (c.rubric for all), "record" (the record's own rubric,
     # else c.rubric), "task" (the built-in rubric named by the record's task, else c.rubric).
     c.rubric_source = "config"
-    c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0))
+    # task: train on the records of these tasks only ("a,b"; "" = all), e.g. one video type of the script
+    # set, as the RARE paper trains one run per production style
+    c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0, task=""))
     c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=20, top_p=0.8, min_p=0.0))
     c.lora = ml_collections.ConfigDict(dict(rank=32, alpha=32.0, dropout=0.05, targets=list(ALL_TARGETS)))
+    # What the update trains: "lora" (adapters on the frozen base; the KL reference is the base) or "full"
+    # (every weight; the reference and the judge are a frozen copy of the starting weights, and checkpoints
+    # hold the full parameters). RARE's paper trains full parameters.
+    c.finetune = "lora"
     c.optim = ml_collections.ConfigDict(dict(lr=5e-6, warmup_steps=50, schedule="cosine", weight_decay=0.0,
                                              max_grad_norm=1.0))
     c.loss = ml_collections.ConfigDict(dict(
@@ -54,7 +60,10 @@ def base_config() -> ml_collections.ConfigDict:
         usefulness_coef=0.0))
     # RARE (reward.judging="rare"; docs/method.md §3): integer scores, saturated-criterion replacement.
     c.rare = ml_collections.ConfigDict(dict(
-        level="sample",  # sample (replace saturated criteria) | static (score only)
+        # sample (replace saturated criteria) | static (score only) | task (revise each task's shared rubric
+        # at `revisions` evenly spaced steps) | mpo (task-level refinement without the acceptance test) |
+        # rler (per-query pool of written criteria ranked by within-group std, beside the initial ones)
+        level="sample",
         direction="negative",  # negative | positive | mixed
         budget=3,  # B: at most this many criteria replaced per group
         score_mode="hard",  # hard (argmax over the allowed digits) | generate (rationale, then "Score: N")
@@ -62,7 +71,12 @@ def base_config() -> ml_collections.ConfigDict:
         retry=True,  # an unreadable score is read once more in generate mode with its own seed
         retry_max_new_tokens=64,
         writer="local",  # local (the frozen base, JSON-schema-constrained) | openai:MODEL@BASE_URL
-        writer_attempts=3, writer_temperature=0.2, writer_max_response_tokens=384, writer_max_new_tokens=1024))
+        writer_attempts=3, writer_temperature=0.2, writer_max_response_tokens=384, writer_max_new_tokens=1024,
+        # the training judge: local (the frozen base through our forward) | openai:MODEL@BASE_URL (generate
+        # mode over HTTP; key from OPENAI_API_KEY)
+        judge="local", judge_max_new_tokens=256, judge_timeout_s=120.0, judge_concurrency=16,
+        revisions=5,  # task | mpo: revision points, evenly spaced
+        rler_new=3, rler_pool=5, rler_max_points=3))  # rler: criteria written per visit (1-5), pool size, scale
     c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=3))
     c.tensorboard = True
     c.profile_steps = -1  # a step index (or "3,5") to trace with jax.profiler into workdir/profile
@@ -133,6 +147,16 @@ def rare_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.rare.budget = 1
     c.rare.writer_max_response_tokens = 48
     c.rare.writer_max_new_tokens = 512
+    return c
+
+
+def task_level_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Task-level additions to `rare_tiny`: one video type, 4 requests a step for 4 steps, so the evidence of
+    steps 0-2 holds the 12 distinct queries a revision needs, and the revision after step 2 applies at step 3."""
+    c.data.task = "script_live_action"
+    c.prompts_per_step = 4
+    c.steps = 4
+    c.loss.micro_batch_size = 16
     return c
 
 

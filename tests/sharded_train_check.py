@@ -45,7 +45,7 @@ def update(model, mesh=None):
 
 def _lora_values(policy):
     """{"path/lora_a": array} for every adapter parameter (layout-agnostic: stacked or per layer)."""
-    return {"/".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(policy.lora)}
+    return {"/".join(map(str, p)): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(policy.trainable)}
 
 
 def _max_abs(arrays):

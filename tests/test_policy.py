@@ -49,7 +49,7 @@ def test_policy_trains_only_the_adapters_and_splits_batches_by_rows():
         Policy(nnx.eval_shape(lambda: init_model(CFG, seed=0)), opt, LossConfig())
     model = nnx.eval_shape(lambda: apply_lora(init_model(CFG, seed=0), LoRAConfig(rank=8, alpha=16.0)))
     policy = Policy(model, opt, LossConfig(), PolicyConfig(micro_batch_size=2))
-    names = {p[-1] for p, _ in nnx.to_flat_state(policy.lora)}
+    names = {p[-1] for p, _ in nnx.to_flat_state(policy.trainable)}
     assert names == {"lora_a", "lora_b"}
     assert not any(p[-1].startswith("lora") for p, _ in nnx.to_flat_state(policy.base))
     n, t = 5, 6
@@ -109,11 +109,11 @@ def test_several_iterations_exercise_the_clip():
 def test_non_finite_updates_are_skipped_then_stop_the_run():
     policy = _policy(max_bad_steps=2, micro_batch_size=24)
     out, _, adv = _rollouts(policy, 2)
-    before = [np.asarray(x) for x in jax.tree.leaves(policy.lora)]
+    before = [np.asarray(x) for x in jax.tree.leaves(policy.trainable)]
     bad = rollout_batch(out, np.full_like(adv, np.nan))
     m = policy.update(bad, jax.random.key(0))
     assert m["skipped_updates"] == 1 and not np.isfinite(m["loss"])
-    for x, y in zip(before, jax.tree.leaves(policy.lora)):
+    for x, y in zip(before, jax.tree.leaves(policy.trainable)):
         np.testing.assert_array_equal(x, np.asarray(y))  # parameters untouched
     with pytest.raises(NonFiniteError, match="2 consecutive"):
         policy.update(bad, jax.random.key(1))

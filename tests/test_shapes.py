@@ -147,8 +147,8 @@ def _policy(loss):
     policy = Policy(model, OPT, loss, PolicyConfig(micro_batch_size=4, num_iterations=2))
     # Non-zero B so the adapters change the forward (a zero-initialised B would hide a difference).
     rng = np.random.RandomState(0)
-    policy.lora = jax.tree.map(lambda x: jnp.asarray(np.asarray(x) + 0.05 * rng.randn(*x.shape).astype(x.dtype)),
-                               policy.lora)
+    policy.trainable = jax.tree.map(
+        lambda x: jnp.asarray(np.asarray(x) + 0.05 * rng.randn(*x.shape).astype(x.dtype)), policy.trainable)
     return policy
 
 
@@ -177,7 +177,7 @@ def test_trimmed_update_equals_the_untrimmed_one():
         metrics = policy.update(batch, jax.random.key(1))
         results.append(dict(logp=logp * batch.completion_mask_bt, ref=ref * batch.completion_mask_bt,
                             cmask=batch.completion_mask_bt, loss=float(l), m={k: float(v) for k, v in m.items()},
-                            grads=grads, update=metrics, lora=policy.lora))
+                            grads=grads, update=metrics, lora=policy.trainable))
     a, b = results
     np.testing.assert_allclose(a["logp"][:, :16], b["logp"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(a["ref"][:, :16], b["ref"], rtol=1e-5, atol=1e-5)

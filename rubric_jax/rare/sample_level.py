@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any, Callable, Sequence
 
 import jax.numpy as jnp
@@ -54,6 +55,7 @@ class StepResult:
     groups: list[GroupScores]  # the scores under the starting rubrics
     events: list[dict]  # accepted replacements, JSON-able (store key, texts, scores before/after, statistics)
     status: np.ndarray  # (B,) int8 per group: NOT_TRIGGERED, ACCEPTED, WRITER_FAILED or RESCORE_FAILED
+    rewrite_secs: float = 0.0  # wall time of writing and rescoring replacements (RARE's added cost)
 
 
 NOT_TRIGGERED, ACCEPTED, WRITER_FAILED, RESCORE_FAILED = 0, 1, 2, 3
@@ -97,11 +99,12 @@ def step(prompts: Sequence[str], responses: Sequence[Sequence[str]], rubrics: Se
                                          responses=tuple(responses[b]), scores=g.scores, valid=g.valid))
     if not todo:
         return StepResult(out, r, groups, events, status)
+    t0 = time.perf_counter()
     outcomes = write(requests)
     status[todo] = WRITER_FAILED
     accepted = [(b, req, oc) for b, req, oc in zip(todo, requests, outcomes) if oc.replacements]
     if not accepted:
-        return StepResult(out, r, groups, events, status)
+        return StepResult(out, r, groups, events, status, time.perf_counter() - t0)
 
     # Rescore only the new criteria, on the same G responses (fixed evidence, no new samples).
     subs = [Rubric(name=f"{rubrics[b].name}:replacements", criteria=tuple(oc.replacements.values()))
@@ -124,7 +127,7 @@ def step(prompts: Sequence[str], responses: Sequence[Sequence[str]], rubrics: Se
         out[b] = r_new
         status[b] = ACCEPTED
         events.append(_event(keys[b], step_index, cfg.direction, rub, sub, cols, g, s_new, r[b], r_new, oc))
-    return StepResult(out, r, groups, events, status)
+    return StepResult(out, r, groups, events, status, time.perf_counter() - t0)
 
 
 def resaturation(rubric: Rubric, g: GroupScores, replaced_before: set[str]) -> tuple[int, int]:

@@ -62,6 +62,15 @@ class RubricStore:
         k = self.key(record)
         return self._current.get(k) or self.initial(record)
 
+    def current(self, key: str) -> Rubric:
+        """The current rubric under a store key the store has seen (a query id, or "task:<name>")."""
+        if key not in self._current and key not in self._initial:
+            raise KeyError(f"rubric store: no rubric known for {key!r}")
+        return self._current.get(key) or self._initial[key]
+
+    def keys(self) -> list[str]:
+        return sorted(set(self._initial) | set(self._current))
+
     def revised(self) -> dict[str, Rubric]:
         return dict(self._current)
 

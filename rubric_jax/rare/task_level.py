@@ -39,6 +39,8 @@ class EvidenceGroup:
     rewards: np.ndarray  # (G,) r_i under the shared rubric of that step
     valid: np.ndarray  # (G,) bool: every criterion of the rollout read
     scores: np.ndarray  # (G, C)
+    task: str = ""  # the rubric-store key of the shared rubric it was scored under
+    version: int = 1  # that rubric's version when it was scored
 
 
 def revision_steps(total_steps: int, count: int = 5) -> list[int]:

@@ -187,6 +187,16 @@ class Checkpointer:
                 _pure(target_state), state)
         return state, dict(meta or {})
 
+    def saved_keys(self, step: int) -> set[str] | None:
+        """The top-level keys of the state saved at `step` (metadata only, no array read); None when the
+        metadata cannot be read."""
+        try:
+            md = self._mgr.item_metadata(step)
+            md = md[_STATE] if isinstance(md, Mapping) else getattr(md, _STATE)
+            return set(getattr(md, "tree", md))
+        except Exception:
+            return None
+
     def _local_target(self, step: int):
         """The saved structure as single-device ShapeDtypeStructs (non-array leaves as saved); None when
         the metadata cannot be read (orbax then restores with the saved shardings)."""

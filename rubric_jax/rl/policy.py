@@ -1,9 +1,17 @@
 """The GRPO policy update: log-probs of completions, loss gradients over micro-batches, optimizer step.
 
-The policy is the base model with LoRA adapters; only `nnx.LoRAParam` variables are trained. The
-reference policy of the KL term is the same weights with the adapters switched off (`set_lora(model,
-enabled=False)` on the merged module inside the jitted function), so no second copy of the weights exists. Log-probs are computed from final hidden states in chunks over time
-(rubric_jax.rl.logprobs), so the (B, T, V) logits never sit in memory whole.
+Two ways to fine-tune (`finetune`):
+
+  lora  the base model with LoRA adapters; only `nnx.LoRAParam` variables are trained. The reference policy
+        of the KL term is the same weights with the adapters switched off (`set_lora(model, enabled=False)`
+        on the merged module inside the jitted function), so no second copy of the weights exists.
+  full  every `nnx.Param` of a model without adapters is trained. The reference is the starting parameter
+        state, kept as it was: arrays are immutable, so it shares memory with the policy until the first
+        update replaces the policy's arrays, and from then on costs one copy of the weights. Its log-probs
+        run through the policy's own compiled program with the reference arrays in place of the policy's.
+
+Log-probs are computed from final hidden states in chunks over time (rubric_jax.rl.logprobs), so the
+(B, T, V) logits never sit in memory whole.
 
 Gradient accumulation is exact: each micro-batch contributes grad(numerator) and its LossSums; the sum of
 numerator gradients is divided once by the total denominator (docs/method.md, "GRPO with LoRA").
@@ -116,21 +124,35 @@ class NonFiniteError(FloatingPointError):
     pass
 
 
+FINETUNE_MODES = ("lora", "full")
+
+
 class Policy:
-    """Owns the LoRA parameters and optimizer state; computes log-probs and applies GRPO updates."""
+    """Owns the trainable parameters (`trainable`: the LoRA adapters, or every weight with finetune="full")
+    and the optimizer state; computes log-probs and applies GRPO updates."""
 
     def __init__(self, model, optimizer: optax.GradientTransformation, loss_cfg: LossConfig,
-                 cfg: PolicyConfig = PolicyConfig(), *, place=None, fetch=None):
+                 cfg: PolicyConfig = PolicyConfig(), *, place=None, fetch=None, finetune: str = "lora"):
         """`place(rows) -> device array` and `fetch(device array) -> rows` move this process' rows of a
         batch to the devices and back (rubric_jax.rl.hosts.Hosts.rows / local_rows on a multi-host run, where
-        micro_batch_size counts this process' rows); by default, plain transfers to and from one device."""
-        self.graphdef, self.lora, self.base = nnx.split(model, nnx.LoRAParam, ...)
+        micro_batch_size counts this process' rows); by default, plain transfers to and from one device.
+        `finetune`: "lora" (a model with adapters) or "full" (a model without; see the module docstring)."""
+        if finetune not in FINETUNE_MODES:
+            raise ValueError(f"finetune must be one of {FINETUNE_MODES}, got {finetune!r}")
+        has_lora = bool(jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
+        if finetune == "lora" and not has_lora:
+            raise ValueError("the model has no LoRA parameters: apply_lora first")
+        if finetune == "full" and has_lora:
+            # nnx.LoRAParam is an nnx.Param: adapters would be trained alongside the weights they adapt.
+            raise ValueError("finetune='full' trains the model's own weights: give it a model without LoRA adapters")
+        self.finetune = finetune
+        self.graphdef, self.trainable, self.base = nnx.split(
+            model, nnx.LoRAParam if finetune == "lora" else nnx.Param, ...)
+        self.reference = self.trainable if finetune == "full" else None
         self.place = place or jnp.asarray
         self.fetch = fetch or np.asarray
-        if not jax.tree.leaves(self.lora):
-            raise ValueError("the model has no LoRA parameters: apply_lora first")
         self.optimizer = optimizer
-        self.opt_state = optimizer.init(self.lora)
+        self.opt_state = optimizer.init(self.trainable)
         self.loss_cfg = loss_cfg
         self.cfg = cfg
         self.bad_steps = 0
@@ -138,13 +160,13 @@ class Policy:
 
     def model(self):
         """The current policy as a module (shares arrays with this object)."""
-        return nnx.merge(self.graphdef, self.lora, self.base)
+        return nnx.merge(self.graphdef, self.trainable, self.base)
 
-    def with_arrays(self, lora, base) -> "Policy":
+    def with_arrays(self, trainable, base) -> "Policy":
         """The same policy over other arrays (e.g. this process' view of global ones), with plain
-        transfers: for log-probs of local rows. Optimizer state is shared, not copied."""
+        transfers: for log-probs of local rows. Optimizer state (and a full run's reference) is shared."""
         other = copy.copy(self)
-        other.lora, other.base, other.place, other.fetch = lora, base, jnp.asarray, np.asarray
+        other.trainable, other.base, other.place, other.fetch = trainable, base, jnp.asarray, np.asarray
         return other
 
     def _micro(self, batch: RolloutBatch):
@@ -154,9 +176,13 @@ class Policy:
 
     def logprobs(self, batch: RolloutBatch, *, reference: bool = False) -> np.ndarray:
         """(B, Tc) log-probs of the completions under the current (or reference) policy."""
+        params = self.trainable
+        if reference and self.reference is not None:
+            # The starting weights in the policy's own program: the same compiled code, no adapter switch.
+            params, reference = self.reference, False
         out = []
         for mb in self._micro(batch):
-            lp, _ = _logprobs_jit(self.graphdef, self.lora, self.base, self.place(mb.tokens_bt),
+            lp, _ = _logprobs_jit(self.graphdef, params, self.base, self.place(mb.tokens_bt),
                                   self.place(mb.mask_bt), prompt_len=batch.prompt_len, reference=reference,
                                   temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
             out.append(self.fetch(lp))
@@ -167,7 +193,7 @@ class Policy:
         grad_sum, sums = None, []
         for i, mb in enumerate(self._micro(batch)):
             put = self.place
-            g, s = _grad_jit(self.graphdef, self.lora, self.base, put(mb.tokens_bt), put(mb.mask_bt),
+            g, s = _grad_jit(self.graphdef, self.trainable, self.base, put(mb.tokens_bt), put(mb.mask_bt),
                              put(mb.completion_mask_bt), put(np.asarray(mb.adv_b, np.float32)),
                              None if mb.old_logp_bt is None else put(mb.old_logp_bt),
                              None if mb.ref_logp_bt is None else put(mb.ref_logp_bt),
@@ -187,7 +213,8 @@ class Policy:
         for it in range(self.cfg.num_iterations):
             grad_sum, sums = self.gradients(batch, jax.random.fold_in(key, it))
             loss, m = finalize(sums)
-            self.lora, self.opt_state, gnorm = _apply_jit(self.optimizer, self.lora, self.opt_state, grad_sum, sums.den)
+            self.trainable, self.opt_state, gnorm = _apply_jit(self.optimizer, self.trainable, self.opt_state,
+                                                               grad_sum, sums.den)
             metrics = {k: float(v) for k, v in m.items()}
             metrics["grad_norm"] = float(gnorm)
             ok = np.isfinite(metrics["loss"]) and np.isfinite(metrics["grad_norm"])

@@ -5,7 +5,13 @@ Methods (config.rare.level):
   "sample"  RARE sample-level replacement (configs/rare.py; direction negative | positive | mixed)
   "static"  score only, rubrics never change (configs/sample_static.py with per-query rubrics,
             configs/task_static.py with the shared rubric of each record's task)
-Math and the statistics: docs/method.md §3; the procedure: rubric_jax.rare.sample_level.
+  "task"    RARE task-level revision of each task's shared rubric at evenly spaced steps (configs/rare_task.py)
+  "mpo"     the MPO baseline: the same revision points, refinements merged without the acceptance test
+            (configs/mpo.py)
+  "rler"    the RLER baseline: per query, a pool of at most 5 written criteria beside the initial ones, new
+            ones written on every visit, pruned by within-group score std (configs/rler.py)
+Math and the statistics: docs/method.md §3; the procedures: rubric_jax.rare.sample_level and
+rubric_jax.rare.task_revision.
 """
 
 from __future__ import annotations
@@ -13,18 +19,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from typing import Any, Sequence
 
 import numpy as np
 
 from rubric_jax.judge import Judge, JudgeConfig
-from rubric_jax.rare import sample_level
+from rubric_jax.rare import rler, sample_level, task_level, task_revision
 from rubric_jax.rare.scoring import LocalScorer
 from rubric_jax.rare.store import RubricStore
+from rubric_jax.rubrics import Criterion
 
 log = logging.getLogger(__name__)
 
-LEVELS = ("sample", "static")
+LEVELS = ("sample", "static", "task", "mpo", "rler")
+TASK_LEVELS = {"task": "revise", "mpo": "refine"}  # level -> the writer's mode
 
 
 @dataclasses.dataclass
@@ -36,6 +45,17 @@ class RareRuntime:
     level_cfg: sample_level.SampleLevelConfig
     records_by_key: dict
     texts: list = dataclasses.field(default_factory=list)  # replacement events to write to texts.jsonl
+    task_cfg: task_revision.TaskLevelConfig | None = None  # task | mpo
+    evidence: task_revision.EvidenceBuffer | None = None
+    revision_steps: tuple[int, ...] = ()
+    rler_cfg: rler.RlerConfig | None = None
+    pools: dict = dataclasses.field(default_factory=dict)  # rler: query id -> its active written criteria
+    inactive: dict = dataclasses.field(default_factory=dict)  # rler: query id -> criteria it dropped
+
+    @property
+    def judge(self):
+        """The local judge (None for a remote one): the trainer pads its shapes."""
+        return getattr(self.scorer, "judge", None)
 
 
 def build(config, model, tokenizer, judge_model_id: str, default_rubric, records) -> RareRuntime:
@@ -43,9 +63,42 @@ def build(config, model, tokenizer, judge_model_id: str, default_rubric, records
     rc = config.rare
     if rc.level not in LEVELS:
         raise ValueError(f"rare.level must be one of {LEVELS}, got {rc.level!r}")
+    if rc.level in TASK_LEVELS and config.rubric_source != "task":
+        raise ValueError(f"rare.level={rc.level!r} revises each task's shared rubric: it needs "
+                         f"rubric_source='task', got {config.rubric_source!r}")
     store = RubricStore(default_rubric, config.rubric_source)
     for r in records:  # every record's first rubric loads now: a bad rubric fails before training starts
         store.initial(r)
+    scorer = make_scorer(config, model, tokenizer, judge_model_id)
+    write = None
+    if rc.level != "static":
+        write = make_writer(rc, model, tokenizer, seed=config.seed)
+    rt = RareRuntime(rc, store, scorer, write, sample_level.SampleLevelConfig(rc.direction, rc.budget),
+                     {store.key(r): r for r in records})
+    if rc.level == "rler":
+        rt.rler_cfg = rler.RlerConfig(rc.rler_new, rc.rler_pool, rc.rler_max_points)
+    if rc.level in TASK_LEVELS:
+        rt.task_cfg = task_revision.TaskLevelConfig(TASK_LEVELS[rc.level], rc.revisions)
+        rt.evidence = task_revision.EvidenceBuffer()
+        rt.revision_steps = tuple(task_level.revision_steps(config.steps, rc.revisions))
+        log.info("rare: %s revisions of the shared rubrics after steps %s", rc.level, list(rt.revision_steps))
+        if not rt.revision_steps:
+            log.warning("rare: a %d-step run has no room for a task-level revision (evidence needs 3 steps and a "
+                        "revision must leave a step to apply to)", config.steps)
+    return rt
+
+
+def make_scorer(config, model, tokenizer, judge_model_id: str):
+    """The training judge for integer scores: "local" (our judge engine on the frozen base, hard or generate
+    readout with one sampled retry) or "openai:MODEL@BASE_URL"."""
+    rc = config.rare
+    if rc.judge.startswith("openai:"):
+        from rubric_jax.rare.remote_scoring import RemoteScorer
+
+        return RemoteScorer.from_spec(rc.judge, timeout_s=rc.judge_timeout_s, concurrency=rc.judge_concurrency,
+                                      max_new_tokens=rc.judge_max_new_tokens, retry=rc.retry)
+    if rc.judge != "local":
+        raise ValueError(f"rare.judge must be 'local' or 'openai:MODEL@BASE_URL', got {rc.judge!r}")
     judge = Judge(model, tokenizer, JudgeConfig(mode=rc.score_mode, min_verdict_mass=rc.min_score_mass),
                   model_id=judge_model_id, max_response_tokens=config.judge.max_response_tokens)
     retry = None
@@ -54,12 +107,7 @@ def build(config, model, tokenizer, judge_model_id: str, default_rubric, records
         retry = Judge(model, tokenizer, JudgeConfig(mode="generate", gen_temperature=1.0, gen_top_k=20,
                                                     gen_max_new_tokens=rc.retry_max_new_tokens),
                       model_id=judge_model_id, max_response_tokens=config.judge.max_response_tokens)
-    scorer = LocalScorer(judge, retry, mode=rc.score_mode)
-    write = None
-    if rc.level == "sample":
-        write = make_writer(rc, model, tokenizer, seed=config.seed)
-    return RareRuntime(rc, store, scorer, write, sample_level.SampleLevelConfig(rc.direction, rc.budget),
-                       {store.key(r): r for r in records})
+    return LocalScorer(judge, retry, mode=rc.score_mode)
 
 
 def make_writer(rc, model, tokenizer, *, seed: int):
@@ -85,30 +133,76 @@ def judge(rt: RareRuntime, records, prompts: Sequence[str], responses: Sequence[
           ) -> tuple[np.ndarray, dict[str, Any]]:
     """(rewards (B, G) for the update, per-row results to pool). Rubric changes are not applied here: every
     process applies the pooled events in `commit`."""
+    if rt.rler_cfg is not None:
+        return _judge_rler(rt, records, prompts, responses, step)
     keys = [rt.store.key(r) for r in records]
     rubrics = [rt.store.get(r) for r in records]
-    res = sample_level.step(prompts, responses, rubrics, keys, scorer=rt.scorer, write=rt.write,
-                            cfg=rt.level_cfg, step_index=step, seed=step)
+    res = sample_level.step(prompts, responses, rubrics, keys, scorer=rt.scorer,
+                            write=rt.write if rt.cfg.level == "sample" else None, cfg=rt.level_cfg,
+                            step_index=step, seed=step)
     seen, sat = np.zeros(len(records), np.int32), np.zeros(len(records), np.int32)
     for b, (k, rub, g) in enumerate(zip(keys, rubrics, res.groups)):
         before = {cid for ev in rt.store.history(k) for cid in ev["replaced"]}
         seen[b], sat[b] = sample_level.resaturation(rub, g, before)
     rows = {
-        "status": res.status, "events": res.events, "reward_before": res.rewards_before,
-        "cells": np.asarray([g.valid.size for g in res.groups], np.int32),
-        "invalid": np.asarray([int((~g.valid).sum()) for g in res.groups], np.int32),
-        "retried": np.asarray([g.retried for g in res.groups], np.int32),
-        "recovered": np.asarray([g.recovered for g in res.groups], np.int32),
+        "status": res.status, "events": res.events, "reward_before": res.rewards_before, **_health(res.groups),
         "resat_seen": seen, "resat_saturated": sat,
         "criteria": np.asarray([len(r) for r in rubrics], np.int32),
         "saturated": np.asarray([len(sample_level.eligible_ids(r, g)) for r, g in zip(rubrics, res.groups)],
                                 np.int32),
+        # writing and rescoring replacements (part of time/judge), per process
+        "rewrite_secs": np.asarray([res.rewrite_secs], np.float64),
     }
+    if rt.evidence is not None:
+        rows["evidence"] = task_revision.evidence_groups(
+            [r.id for r in records], keys, [rub.version for rub in rubrics], prompts, responses, res.rewards_before,
+            res.groups, step)
+    return res.rewards, rows
+
+
+def _health(groups) -> dict[str, np.ndarray]:
+    """Per group: cells scored, unreadable, retried and recovered by the retry."""
+    return {"cells": np.asarray([g.valid.size for g in groups], np.int32),
+            "invalid": np.asarray([int((~g.valid).sum()) for g in groups], np.int32),
+            "retried": np.asarray([g.retried for g in groups], np.int32),
+            "recovered": np.asarray([g.recovered for g in groups], np.int32)}
+
+
+def _judge_rler(rt: RareRuntime, records, prompts, responses, step: int) -> tuple[np.ndarray, dict[str, Any]]:
+    keys = [str(r.id) for r in records]
+    spent = [0.0]
+
+    def write(requests):
+        t0 = time.perf_counter()
+        try:
+            return rt.write(requests)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    res = rler.step(prompts, responses, [rt.store.get(r) for r in records], [rt.pools.get(k, ()) for k in keys],
+                    [rt.inactive.get(k, ()) for k in keys], keys, scorer=rt.scorer, write=write, cfg=rt.rler_cfg,
+                    step_index=step, seed=step)
+    rows = {"status": res.status, "rler_events": res.events, "reward_before": res.rewards_initial,
+            **_health(res.groups), "criteria": np.asarray([len(r) for r in res.rubrics], np.int32),
+            "rewrite_secs": np.asarray([spent[0]], np.float64)}
     return res.rewards, rows
 
 
 def commit(rt: RareRuntime, pooled: dict[str, Any]) -> None:
-    """Applies the step's accepted replacements (pooled over processes, in process order) to the store."""
+    """Applies the step's accepted replacements (pooled over processes, in process order) to the store, and
+    keeps the step's groups as task-level evidence (RLER: updates each query's pool)."""
+    if rt.rler_cfg is not None:
+        for ev in pooled["rler_events"]:
+            k = ev["key"]
+            cands = (*rt.pools.get(k, ()), *(Criterion.from_dict(d, f"rler[{k!r}]") for d in ev["added"]))
+            kept = {p["id"] for p in ev["pool"]}
+            rt.pools[k] = tuple(c for c in cands if c.id in kept)
+            rt.inactive[k] = (*rt.inactive.get(k, ()), *(Criterion.from_dict(d["criterion"], f"rler[{k!r}]")
+                                                         for d in ev["dropped"]))
+            rt.texts.append(ev)
+        return
+    if rt.evidence is not None:
+        rt.evidence.add(pooled["evidence"])
     for ev in pooled["events"]:
         if rt.store.apply_event(ev, rt.records_by_key.get(ev["key"])):
             rt.texts.append(ev)
@@ -116,25 +210,93 @@ def commit(rt: RareRuntime, pooled: dict[str, Any]) -> None:
             log.info("rare: %s was replaced twice in one step; kept the first", ev["key"])
 
 
+def revision_due(rt: RareRuntime, step: int) -> bool:
+    return rt.task_cfg is not None and step in rt.revision_steps
+
+
+def revise(rt: RareRuntime, step: int, index: int = 0, count: int = 1) -> list[dict]:
+    """This process' share of the step's task-level revisions (shared rubrics round-robin over processes):
+    one record per shared rubric (rubric_jax.rare.task_revision.revise). Pool them, then `commit_revisions`."""
+    out = []
+    for i, task in enumerate(rt.evidence.tasks()):
+        if i % count == index:
+            out.append(task_revision.revise(task, rt.store.current(task), rt.evidence.for_task(task), step,
+                                            scorer=rt.scorer, write=rt.write, cfg=rt.task_cfg,
+                                            seed=10_000 + step))
+    return out
+
+
+def commit_revisions(rt: RareRuntime, records: Sequence[dict], step: int) -> dict[str, float]:
+    """Applies the accepted revisions (they score from the next step on); every record goes to texts.jsonl."""
+    for rec in records:
+        if rec["status"] == "accepted" and not rt.store.apply_event(rec):
+            log.warning("rare: revision of %s no longer matches the current rubric; not applied", rec["key"])
+            rec["status"] = "stale"
+        rt.texts.append(rec)
+    rt.evidence.prune(step)
+    return task_revision.revision_metrics(records)
+
+
+def snapshot(rt: RareRuntime):
+    """The state between steps, cheaply (rubrics and criteria are immutable); `state(rt, snapshot)` later."""
+    return (rt.store.snapshot(), None if rt.evidence is None else rt.evidence.snapshot(), dict(rt.pools),
+            dict(rt.inactive))
+
+
+def state(rt: RareRuntime, snap=None) -> dict[str, Any]:
+    """The checkpoint meta keys of the RARE state: "rubrics" (the store), "evidence" (task level: the groups
+    of the last steps), "rler" (each query's pool and dropped criteria)."""
+    store_snap, ev_snap, pools, inactive = snap if snap is not None else (None, None, rt.pools, rt.inactive)
+    out = {"rubrics": rt.store.state(store_snap)}
+    if rt.evidence is not None:
+        out["evidence"] = rt.evidence.state(ev_snap)
+    if rt.rler_cfg is not None:
+        out["rler"] = {"pools": {k: [c.to_dict() for c in v] for k, v in pools.items()},
+                       "inactive": {k: [c.to_dict() for c in v] for k, v in inactive.items()}}
+    return out
+
+
+def set_state(rt: RareRuntime, meta: dict[str, Any], where: str) -> None:
+    for k in state(rt):
+        if k not in meta:
+            raise ValueError(f"{where} has no {k!r} state: it was written by a run without "
+                             f"reward.judging='rare', rare.level={rt.cfg.level!r}")
+    rt.store.set_state(meta["rubrics"])
+    if rt.evidence is not None:
+        rt.evidence.set_state(meta["evidence"])
+    if rt.rler_cfg is not None:
+        load = lambda d: {k: tuple(Criterion.from_dict(c, f"{where}: rler[{k!r}]") for c in v)  # noqa: E731
+                          for k, v in d.items()}
+        rt.pools, rt.inactive = load(meta["rler"]["pools"]), load(meta["rler"]["inactive"])
+
+
 def metrics(pooled: dict[str, Any]) -> dict[str, float]:
-    out = sample_level.step_metrics(pooled["status"], pooled["events"], int(pooled["resat_seen"].sum()),
-                                    int(pooled["resat_saturated"].sum()))
+    if "rler_events" in pooled:
+        out = rler.events_metrics(pooled["status"], pooled["rler_events"])
+    else:
+        out = sample_level.step_metrics(pooled["status"], pooled["events"], int(pooled["resat_seen"].sum()),
+                                        int(pooled["resat_saturated"].sum()))
     cells = max(int(pooled["cells"].sum()), 1)
     retried = int(pooled["retried"].sum())
     out["judge/invalid_fraction"] = float(pooled["invalid"].sum()) / cells
     out["judge/retried_fraction"] = retried / cells
     out["judge/retry_recovered"] = float(pooled["recovered"].sum()) / retried if retried else 1.0
+    # sample level: the reward before replacements; RLER: under the initial criteria alone
     out["reward/before_replacement"] = float(pooled["reward_before"].mean())
     out["active_criteria"] = float(pooled["criteria"].mean())
-    # saturated criteria (full marks on every rollout) per group, before any replacement: what RARE replaces
-    # and what the static baselines accumulate
-    out["rare/saturated_fraction"] = float(pooled["saturated"].sum()) / max(int(pooled["criteria"].sum()), 1)
+    if "saturated" in pooled:
+        # saturated criteria (full marks on every rollout) per group, before any replacement: what RARE
+        # replaces and what the static baselines accumulate
+        out["rare/saturated_fraction"] = float(pooled["saturated"].sum()) / max(int(pooled["criteria"].sum()), 1)
+    # the slowest process' seconds; time/rewrite is the part of time/judge spent writing and rescoring
+    out["time/rewrite"] = float(pooled["rewrite_secs"].max())
     return out
 
 
 def pop_texts(rt: RareRuntime) -> dict[str, str]:
     """texts.jsonl entries for the events committed since the last call (what the writer proposed, and the
-    scores before and after)."""
-    out = {f"rare/replacement_{i}": json.dumps(ev, ensure_ascii=False) for i, ev in enumerate(rt.texts)}
+    scores before and after; task-level revision records whatever their outcome)."""
+    kind = lambda ev: "revision" if "kind" in ev else "replacement" if "replaced" in ev else "rler"  # noqa: E731
+    out = {f"rare/{kind(ev)}_{i}": json.dumps(ev, ensure_ascii=False) for i, ev in enumerate(rt.texts)}
     rt.texts.clear()
     return out

@@ -40,6 +40,7 @@ from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_metri
                                   usefulness_bonuses)
 from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
                                   padding_metrics)
+from rubric_jax.rl.workdir import STATE_KEYS
 from rubric_jax.rare.store import RubricStore
 from rubric_jax.rubrics import load_rubric
 from rubric_jax.sampling import sample
@@ -72,7 +73,7 @@ class Setup:
         """The current policy on this process' devices (sampling, usefulness bonus)."""
         if not self.hosts.multi:
             return self.policy
-        return self.policy.with_arrays(*self.hosts.local((self.policy.lora, self.policy.base)))
+        return self.policy.with_arrays(*self.hosts.local((self.policy.trainable, self.policy.base)))
 
 
 def _model_name(config) -> str:
@@ -108,15 +109,23 @@ def build(config) -> Setup:
     if config.loss.micro_batch_size % hosts.count:
         raise ValueError(f"loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple of the "
                          f"{hosts.count} processes (each gives an equal share of every micro-batch)")
+    if config.finetune == "full" and dtype != jnp.float32:
+        # no float32 master copy: at RARE's lr 1e-6 most bfloat16 updates round back to the old weight
+        raise ValueError(f"finetune='full' trains the weights in config.dtype={config.dtype!r}, where small "
+                         f"updates are lost to rounding; set --config.dtype=float32")
     base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
     tokenizer = load_tokenizer(config.tokenizer or name)
-    # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only.
+    # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only. Full fine-tuning
+    # trains these very arrays, already on the mesh as loaded: an update makes new arrays instead of writing
+    # into them, so `base` stays the starting weights (reference, judge, bonuses).
     graphdef, state = nnx.split(base)
-    policy_model = apply_lora(nnx.merge(graphdef, state), LoRAConfig(
-        rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
-        targets=tuple(config.lora.targets)), seed=config.seed)
-    if mesh is not None:
-        shard_model(policy_model, mesh)  # places the new adapters by their logical axes
+    policy_model = nnx.merge(graphdef, state)
+    if config.finetune == "lora":
+        apply_lora(policy_model, LoRAConfig(
+            rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
+            targets=tuple(config.lora.targets)), seed=config.seed)
+        if mesh is not None:
+            shard_model(policy_model, mesh)  # places the new adapters by their logical axes
     loss_cfg = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
                           eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
                           kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
@@ -127,8 +136,11 @@ def build(config) -> Setup:
     policy = Policy(policy_model, optimizer, loss_cfg, PolicyConfig(
         micro_batch_size=config.loss.micro_batch_size // hosts.count, num_iterations=config.loss.num_iterations,
         temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps),
-        place=hosts.rows if mesh is not None else None, fetch=hosts.local_rows)
-    policy.opt_state = hosts.on_mesh(policy.opt_state)  # AdamW's step counter is made on one device
+        place=hosts.rows if mesh is not None else None, fetch=hosts.local_rows, finetune=config.finetune)
+    # AdamW's moments follow their parameters' shardings; only its step counter is made on one device.
+    policy.opt_state = hosts.on_mesh(policy.opt_state)
+    log.info("finetune=%s: training %d parameters", config.finetune,
+             sum(x.size for x in jax.tree.leaves(policy.trainable)))
     # Sampling, judging and bonuses run on this process' devices only (rubric_jax.rl.hosts).
     base_graph, base_state = nnx.split(base)
     base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
@@ -145,7 +157,7 @@ def build(config) -> Setup:
         if not criteria:
             raise ValueError("config.rubric is empty: pairwise/absolute judging needs a rubric")
         judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
-    records = load_jsonl(config.data.path)
+    records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
     # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
@@ -165,6 +177,19 @@ def build(config) -> Setup:
                  base_local, shapes, rare, store)
 
 
+def select_tasks(records, tasks: str, source: str):
+    """The records of the listed tasks ("a,b"; "" keeps all)."""
+    wanted = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not wanted:
+        return records
+    kept = [r for r in records if r.task in wanted]
+    missing = sorted(set(wanted) - {r.task for r in kept})
+    if missing:
+        have = sorted({r.task for r in records if r.task})
+        raise ValueError(f"config.data.task: no record of {source!r} has task {missing} (tasks there: {have})")
+    return kept
+
+
 def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
     """Chat-templated ids; an over-long prompt keeps its start and the assistant cue (truncated=True)."""
     ids = tokenizer.encode_chat(record.prompt, system=record.system)
@@ -174,24 +199,37 @@ def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
     return ids[: max_len - len(cue)] + cue, True
 
 
+def _state_dict(finetune: str, trainable, opt_state) -> dict:
+    return {STATE_KEYS[finetune]: trainable, "opt_state": opt_state}
+
+
 def _train_state(policy: Policy) -> dict:
-    return {"lora": policy.lora, "opt_state": policy.opt_state}
+    return _state_dict(policy.finetune, policy.trainable, policy.opt_state)
+
+
+def _saved_finetune(ckpt: Checkpointer, step: int) -> str | None:
+    """The mode checkpoint `step` was written in, from the top-level keys of its saved state; None when the
+    metadata cannot be read (the restore then reports what it finds)."""
+    keys = ckpt.saved_keys(step) or set()
+    return next((mode for mode, key in STATE_KEYS.items() if key in keys), None)
 
 
 def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     step = ckpt.latest_step()
     if step is None:
         return 0
+    mode, saved = setup.policy.finetune, _saved_finetune(ckpt, step)
+    if saved is not None and saved != mode:
+        raise ValueError(f"checkpoint {step} in {ckpt.directory} was written with finetune={saved!r} and this run "
+                         f"has finetune={mode!r}: a run cannot switch between 'lora' and 'full' (resume with "
+                         f"finetune={saved!r}, or start the new mode in another workdir)")
     state, meta = ckpt.restore(step, target_state=_train_state(setup.policy))
-    setup.policy.lora = state["lora"]
+    setup.policy.trainable = state[STATE_KEYS[mode]]
     setup.policy.opt_state = state["opt_state"]
     setup.policy.total_bad_steps = int(meta.get("skipped_updates", 0))
     setup.data_iter.set_state(meta["data"])
     if setup.rare is not None:
-        if "rubrics" not in meta:
-            raise ValueError(f"checkpoint {step} in {ckpt.directory} has no rubric store: it was written by a run "
-                             f"without reward.judging='rare'")
-        setup.rare.store.set_state(meta["rubrics"])
+        rare_phase.set_state(setup.rare, meta, f"checkpoint {step} in {ckpt.directory}")
     log.info("resumed from %s at step %d", ckpt.directory, step)
     return step
 
@@ -244,7 +282,7 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
         with timer.phase("judge"):
             weights = None
             if setup.rare is not None:  # scoring, and writing and rescoring replacements (time/judge)
-                with JudgePadding(setup.rare.scorer.judge) as judge_pad:
+                with JudgePadding(setup.rare.judge) as judge_pad:
                     r_bg, rows["judge"] = rare_phase.judge(setup.rare, records, prompts, responses, step)
             elif setup.rubrics is not None:
                 with JudgePadding(setup.judge) as judge_pad:
@@ -278,7 +316,16 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
     with timer.phase("update"), hosts.global_context():
         umetrics = setup.policy.update(dataclasses.replace(batch, adv_b=adv.astype(np.float32)),
                                        jax.random.fold_in(key, 2))
-    return step_metrics(setup, pooled, adv_all, weights, umetrics, judge_pad.metrics())
+    metrics = step_metrics(setup, pooled, adv_all, weights, umetrics, judge_pad.metrics())
+    if setup.rare is not None and setup.rare.evidence is not None:
+        with timer.phase("revise"):  # task level: revise the shared rubrics from steps t-2..t, used from t+1
+            records_t = []
+            if rare_phase.revision_due(setup.rare, step):
+                with hosts.local_context():
+                    records_t = rare_phase.revise(setup.rare, step, hosts.index, hosts.count)
+                records_t = hosts.merged(records_t)
+            metrics.update(rare_phase.commit_revisions(setup.rare, records_t, step))
+    return metrics
 
 
 def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weights: np.ndarray,
@@ -366,7 +413,7 @@ def _train(config, workdir: str) -> list[dict]:
             if done % config.checkpoint.every == 0 or done == config.steps:
                 with timer.phase("save"):
                     ckpt.save(done, _train_state(setup.policy),
-                              _meta(setup, done, setup.data_iter.get_state(), _store_state(setup)), force=True)
+                              _meta(setup, done, setup.data_iter.get_state(), _rare_state(setup)), force=True)
                     saved = done
                     if setup.rare is not None and hosts.index == 0:
                         setup.rare.store.export_jsonl(os.path.join(workdir, "rubrics.jsonl"))
@@ -389,10 +436,10 @@ def _train(config, workdir: str) -> list[dict]:
                         "last periodic checkpoint, step %d)", hosts.index, step, saved)
         elif step > saved:
             log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
-            lora, opt_state, data_state, store_snapshot = snapshot
-            store_state = None if setup.rare is None else setup.rare.store.state(store_snapshot)
-            ckpt.save(step, {"lora": lora, "opt_state": opt_state}, _meta(setup, step, data_state, store_state),
-                      force=True)
+            trainable, opt_state, data_state, rare_snapshot = snapshot
+            rare_state = None if setup.rare is None else rare_phase.state(setup.rare, rare_snapshot)
+            ckpt.save(step, _state_dict(setup.policy.finetune, trainable, opt_state),
+                      _meta(setup, step, data_state, rare_state), force=True)
         raise
     finally:
         compiles.stop()
@@ -404,18 +451,20 @@ def _train(config, workdir: str) -> list[dict]:
 
 def _snapshot(setup: Setup):
     """The state between steps (arrays and rubrics are immutable, so this copies no data)."""
-    store = None if setup.rare is None else setup.rare.store.snapshot()
-    return setup.policy.lora, setup.policy.opt_state, setup.data_iter.get_state(), store
+    rare = None if setup.rare is None else rare_phase.snapshot(setup.rare)
+    return setup.policy.trainable, setup.policy.opt_state, setup.data_iter.get_state(), rare
 
 
-def _store_state(setup: Setup) -> dict | None:
-    return None if setup.rare is None else setup.rare.store.state()
+def _rare_state(setup: Setup) -> dict | None:
+    return None if setup.rare is None else rare_phase.state(setup.rare)
 
 
-def _meta(setup: Setup, done: int, data_state: dict, store_state: dict | None = None) -> dict:
-    """The checkpoint's JSON dict; each feature adds its own key (RARE: "rubrics", the rubric store)."""
+def _meta(setup: Setup, done: int, data_state: dict, rare_state: dict | None = None) -> dict:
+    """The checkpoint's JSON dict; each feature adds its own keys (RARE: "rubrics", the rubric store, and its
+    level's state: "evidence" or "rler"; full fine-tuning: "finetune")."""
     meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
             "criteria": [c.id for c in setup.criteria]}
-    if store_state is not None:
-        meta["rubrics"] = store_state
+    meta.update(rare_state or {})
+    if setup.policy.finetune != "lora":  # LoRA checkpoints keep the meta they always had
+        meta["finetune"] = setup.policy.finetune
     return meta

@@ -1,13 +1,16 @@
-"""A training run's artifacts, read back: the workdir as a model with its trained LoRA merged.
+"""A training run's artifacts, read back: the workdir as a model with its trained weights.
 
 `rubric_jax.rl.trainer.train(config, workdir)` writes
 
-  <workdir>/config.json             the run's config (base model, tokenizer, dtype, LoRA rank / alpha / targets)
+  <workdir>/config.json             the run's config (base model, tokenizer, dtype, finetune, LoRA rank / alpha /
+                                    targets)
   <workdir>/checkpoints/<step>/     `Checkpointer` checkpoints whose state is {"lora": ..., "opt_state": ...}
+                                    (finetune="lora") or {"params": ..., "opt_state": ...} (finetune="full")
 
-and this module turns such a directory back into a plain model: the run's base model with the adapters of its
-latest (or a chosen) checkpoint folded into the kernels (`load_trained`). The pieces are public for callers that
-need them separately (evals fingerprints the adapters before, and without, loading any weights).
+and this module turns such a directory back into a plain model (`load_trained`): for a LoRA run, the run's base
+model with the adapters of its latest (or a chosen) checkpoint folded into the kernels; for a full-parameter run,
+the base's architecture holding that checkpoint's parameters (the base's weights are not read). The pieces are
+public for callers that need them separately (evals fingerprints the trained arrays before loading a model).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_workdir", "run_config", "base_model_name", "latest_lora", "apply_trained_lora", "load_trained"]
+__all__ = ["is_workdir", "run_config", "base_model_name", "latest_trained", "latest_lora", "apply_trained_lora",
+           "trained_params_model", "load_trained"]
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_SUBDIR = "checkpoints"  # rubric_jax.rl.checkpoint's; not imported so is_workdir needs no orbax
@@ -78,12 +82,18 @@ def _flat(tree, prefix: str = "") -> dict[str, Any]:
     return {prefix: tree}
 
 
-def latest_lora(workdir: str | os.PathLike, step: int | None = None) -> tuple[dict[str, Any], int]:
-    """(the LoRA adapters of checkpoint `step` (default: the latest) as a pure nested dict of arrays, with any
-    {"value": ...} variable wrappers removed, that step).
+# The checkpoint key of each finetune mode's trained state (the trainer writes them; "lora" is what LoRA runs
+# have always written).
+STATE_KEYS = {"lora": "lora", "full": "params"}
+
+
+def latest_trained(workdir: str | os.PathLike, step: int | None = None) -> tuple[str, dict[str, Any], int]:
+    """(the run's finetune mode, "lora" or "full"; what checkpoint `step` (default: the latest) trained, the
+    adapters or all parameters, as a pure nested dict of arrays with any {"value": ...} variable wrappers
+    removed; that step).
 
     Reads only; nothing under the workdir is created or pruned. Raises FileNotFoundError naming the workdir when
-    it has no checkpoint, or no checkpoint for `step`."""
+    it has no checkpoint, or no checkpoint for `step`, and ValueError when the checkpoint holds neither."""
     from rubric_jax.rl.checkpoint import Checkpointer
 
     workdir = os.fspath(workdir)
@@ -94,10 +104,26 @@ def latest_lora(workdir: str | os.PathLike, step: int | None = None) -> tuple[di
             step = ckpt.latest_step()
             if step is None:
                 raise FileNotFoundError(f"{workdir}: no checkpoint under checkpoints/")
+        # The optimizer state comes back too (the Checkpointer restores whole trees): dropped below.
         state, _ = ckpt.restore(step)
-    if "lora" not in state:
-        raise ValueError(f"{workdir}: checkpoint {step} holds no LoRA state (keys: {sorted(state)})")
-    return _unwrap_values(state["lora"]), int(step)
+    for mode, key in STATE_KEYS.items():
+        if key in state:
+            return mode, _unwrap_values(state[key]), int(step)
+    raise ValueError(f"{workdir}: checkpoint {step} holds neither LoRA adapters nor full parameters "
+                     f"(keys: {sorted(state)})")
+
+
+def latest_lora(workdir: str | os.PathLike, step: int | None = None) -> tuple[dict[str, Any], int]:
+    """(the LoRA adapters of checkpoint `step` (default: the latest) as a pure nested dict of arrays, with any
+    {"value": ...} variable wrappers removed, that step).
+
+    Reads only; nothing under the workdir is created or pruned. Raises FileNotFoundError naming the workdir when
+    it has no checkpoint, or no checkpoint for `step`, and ValueError for a full-parameter run's workdir."""
+    mode, lora, step = latest_trained(workdir, step)
+    if mode != "lora":
+        raise ValueError(f"{os.fspath(workdir)}: checkpoint {step} holds no LoRA state: the run trained full "
+                         f"parameters (finetune={mode!r}; read it with latest_trained or load_trained)")
+    return lora, step
 
 
 def apply_trained_lora(model, cfg: dict, lora: dict):
@@ -137,20 +163,54 @@ def apply_trained_lora(model, cfg: dict, lora: dict):
     return model
 
 
-def load_trained(workdir: str | os.PathLike, *, dtype=None, step: int | None = None):
-    """(the run's base model with checkpoint `step`'s (default: the latest) LoRA merged, its tokenizer, the step).
+def trained_params_model(cfg: dict, params: dict, *, dtype=None):
+    """A full-parameter run's model: the architecture of the run's base model (its config only; no base weights
+    are read) holding `params` (as `latest_trained` returns them), cast to `dtype` (default: the run's config
+    `dtype`, else float32).
 
-    `dtype`: the base weights' dtype (default: the run's config `dtype`, else float32). The tokenizer is the
+    Raises ValueError when the parameters do not fit the base's architecture (names or shapes)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from rubric_jax.models.loading import _peek_config, resolve_checkpoint
+    from rubric_jax.models.transformer import abstract_model
+
+    dtype = jnp.dtype(dtype or cfg.get("dtype") or "float32")
+    model = abstract_model(_peek_config(resolve_checkpoint(base_model_name(cfg))), dtype=dtype)
+    want = {k: tuple(v.shape) for k, v in _flat(nnx.to_pure_dict(nnx.state(model, nnx.Param))).items()}
+    params = _unwrap_values(params)
+    have = _flat(params)
+    problems = [f"missing {k}" for k in sorted(set(want) - set(have))]
+    problems += [f"unexpected {k}" for k in sorted(set(have) - set(want))]
+    problems += [f"{k}: checkpoint {tuple(np.shape(have[k]))} vs model {want[k]}" for k in sorted(set(want) & set(have))
+                 if tuple(np.shape(have[k])) != want[k]]
+    if problems:
+        raise ValueError(f"the checkpoint's parameters do not fit the run's base model ({'; '.join(problems[:8])}"
+                         f"{f'; and {len(problems) - 8} more' if len(problems) > 8 else ''})")
+    graphdef, state = nnx.split(model)
+    nnx.replace_by_pure_dict(state, jax.tree.map(lambda x: jnp.asarray(x, dtype), params))
+    return nnx.merge(graphdef, state)
+
+
+def load_trained(workdir: str | os.PathLike, *, dtype=None, step: int | None = None):
+    """(the run's model at checkpoint `step` (default: the latest), its tokenizer, the step): the base model with
+    the LoRA merged, or for a full-parameter run the checkpoint's parameters in the base's architecture.
+
+    `dtype`: the weights' dtype (default: the run's config `dtype`, else float32). The tokenizer is the
     config's `tokenizer`, else the base model's. Errors: FileNotFoundError for a missing config.json or
-    checkpoint (checked before any weights load), ValueError for adapters that do not fit."""
+    checkpoint (checked before any weights load), ValueError for trained arrays that do not fit."""
     import jax.numpy as jnp
 
     from rubric_jax.models.loading import load_model
     from rubric_jax.models.tokenizer import load_tokenizer
 
     cfg = run_config(workdir)
-    lora, step = latest_lora(workdir, step)
+    mode, trained, step = latest_trained(workdir, step)
     name = base_model_name(cfg)
-    model = load_model(name, dtype=jnp.dtype(dtype or cfg.get("dtype") or "float32"))
-    model = apply_trained_lora(model, cfg, lora)
+    if mode == "full":
+        model = trained_params_model(cfg, trained, dtype=dtype)
+    else:
+        model = load_model(name, dtype=jnp.dtype(dtype or cfg.get("dtype") or "float32"))
+        model = apply_trained_lora(model, cfg, trained)
     return model, load_tokenizer(cfg.get("tokenizer") or name), step

@@ -111,7 +111,8 @@ def rare_overrides(c: ml_collections.ConfigDict, *, level: str, source: str) -> 
     """RARE's setting ("RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation",
     appendix "Training and Rubric Evolution"): the bundled script requests, integer rubric scores, G = 8,
     32 queries per step, GRPO advantages normalised by the group's std, a token-mean PPO loss clipped at 0.2
-    with dual clip 3, k3 KL 0.001, lr 1e-6. The paper trains full parameters; this trains LoRA adapters."""
+    with dual clip 3, k3 KL 0.001, lr 1e-6. The paper trains full parameters: --config.finetune=full
+    --config.dtype=float32 does so; the default trains LoRA adapters."""
     c.data.path = "scripts"
     c.rubric = ""  # every bundled script record carries its rubric; "task" uses its type's shared rubric
     c.rubric_source = source

@@ -75,7 +75,7 @@ def load_for_serving(spec: str):
 
     if os.path.isdir(spec) and is_workdir(spec):
         model, tokenizer, step = load_trained(spec)
-        log.info("serving %s at step %d (LoRA merged)", spec, step)
+        log.info("serving %s at step %d (its trained weights)", spec, step)
         return model, tokenizer
     return load_model(spec), load_tokenizer(spec)
 

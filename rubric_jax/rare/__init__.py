@@ -1,8 +1,11 @@
 """RARE ("RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation"):
-integer rubric scores with a retry (scoring.py), each query's rubric and its revisions (store.py), the
-sample-level step (sample_level.py), the task-level revision rules (task_level.py), the criterion writer:
-prompts, validation, the retry loop and two backends (writer.py), and grammar-constrained decoding on our
-own model (constrained.py). The trainer's side is rubric_jax/rl/rare_phase.py; the math, docs/method.md §3."""
+integer rubric scores with a retry, from our own model (scoring.py) or an OpenAI-compatible judge
+(remote_scoring.py); each query's rubric and its revisions (store.py); the sample-level step
+(sample_level.py); task-level revision: the rules (task_level.py) and the run's evidence, request,
+rescoring and decision (task_revision.py, also the MPO baseline); the RLER baseline's per-query pools
+(rler.py); the criterion writer: prompts (writer_prompts.py), validation (validate.py), the retry loop and
+two backends (writer.py); and grammar-constrained decoding on our own model (constrained.py). The trainer's
+side is rubric_jax/rl/rare_phase.py; the math, docs/method.md §3."""
 
 from rubric_jax.rare.constrained import ConstrainedOutput, constrained_decode, constrained_generate
 from rubric_jax.rare.writer import (DIRECTIONS, LocalWriter, RemoteWriter, ReplacementError, WriteOutcome,

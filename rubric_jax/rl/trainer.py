@@ -1,8 +1,9 @@
 """The GRPO training loop: sample -> judge -> reward -> advantages -> update -> log -> save.
 
 `train(config, workdir)` is the whole job. Everything random is derived from (config.seed, step), and
-the data iterator's state, the LoRA parameters and the optimizer state are checkpointed together, so a
-killed run restarted with the same command continues exactly where it stopped.
+the data iterator's state, the trained parameters (LoRA adapters, or every weight with finetune="full"), the
+optimizer state and RARE's rubric state are checkpointed together, so a killed run restarted with the same
+command continues exactly where it stopped.
 
 Shapes (rubric_jax.rl.shapes): prompts are padded to one width for the run and completions trimmed to a
 rung of a 4-rung ladder, so each jitted program compiles at most 4 times; compiled programs persist in

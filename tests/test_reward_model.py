@@ -115,6 +115,7 @@ def _padded(rows, pad, side):
     return tokens, mask
 
 
+@pytest.mark.slow  # compiles the reward model's forward
 @pytest.mark.parametrize("which", ["qwen_rm", "llama_rm"])
 def test_parity_with_transformers(which, request):
     _, hf, rm, _ = request.getfixturevalue(which)
@@ -159,6 +160,7 @@ def test_causal_lm_checkpoint_is_rejected_by_name(tmp_path):
         load_reward_model(str(tmp_path))
 
 
+@pytest.mark.slow  # compiles the reward model's forward
 def test_missing_and_misshapen_tensors_are_named(qwen_rm, tmp_path):
     from safetensors.numpy import load_file, save_file
 
@@ -192,6 +194,7 @@ RESPONSES = ["Rain taps the window / a slow grey song on the glass / the street 
              "2, 3 and 5.", "Dark and breathing, it is a field of moving ink lit by a thin road of moonlight."]
 
 
+@pytest.mark.slow  # compiles the reward model's forward
 def test_score_texts_order_and_batching(qwen_rm):
     _, _, rm, tok = qwen_rm
     by2 = score_texts(rm, tok, PROMPTS, RESPONSES, batch_size=2)
@@ -262,6 +265,7 @@ def test_multi_label_needs_label(llama_rm):
     assert np.abs(full[:, 0] - full[:, 1]).min() > 1e-3  # the columns differ, so a wrong pick would fail
 
 
+@pytest.mark.slow  # compiles the reward model's forward
 def test_load_on_a_one_device_mesh_matches(qwen_rm):
     from jax.sharding import NamedSharding
 

@@ -100,10 +100,17 @@ def grammar_of(spec: Spec, options: dict | None = None) -> str:
                                                         sort_keys=True))
 
 
+# Lexer fuel per token step: the writer's string terminals intersect a length bound with a word count and
+# negated phrases, whose automata llguidance builds lazily; the default (200k) runs out on the first tokens of
+# such a string. 5M measured at ~4 ms a token on average (40 ms at worst) on 2 CPU cores.
+STEP_LEXER_FUEL = 5_000_000
+
+
 def new_matcher(llt, spec: Spec, options: dict | None = None):
     import llguidance
 
-    m = llguidance.LLMatcher(llt, grammar_of(spec, options), log_level=0)
+    m = llguidance.LLMatcher(llt, grammar_of(spec, options), log_level=0,
+                             limits=llguidance.LLParserLimits(step_lexer_fuel=STEP_LEXER_FUEL))
     if m.is_error():
         raise ValueError(f"grammar does not compile: {m.get_error()}")
     return m
@@ -124,15 +131,35 @@ def new_matchers(llt, specs: Sequence[Spec], options: dict | None = None) -> lis
 # Escapes are limited to \" \\ \/ \n \t (no \uXXXX), so every raw character is what it decodes to.
 # "/" is escaped because it ends a Lark regex literal.
 
-_JSON_CHAR = r'([^"\\\x00-\x1f]|\\["\\\/nt])'
-_JSON_FIRST = r'([^"\\\x00-\x1f\s<]|\\["\\\/])'  # neither blank nor "<" (see json_string_regex)
+# Angle brackets never appear: they mark a prompt's placeholders, which small models otherwise copy.
+_JSON_CHAR = r'([^"\\\x00-\x1f<>]|\\["\\\/nt])'
+_JSON_FIRST = r'([^"\\\x00-\x1f\s<>]|\\["\\\/])'  # not blank either (see json_string_regex)
+_WORD = r'([^"\\\x00-\x1f\s<>]|\\["\\\/])+'
+_GAP = r'(\s|\\[nt])+'
 _SEPARATOR = r'([\s\p{P}&&[^"\\\x00-\x1f]]|\\["\\\/nt])'  # whitespace or punctuation, raw or escaped
 
 
 def json_string_regex(max_chars: int) -> str:
-    """A JSON string of 1..max_chars characters whose first character is neither whitespace nor "<" (a
+    """A JSON string of 1..max_chars characters, not starting with whitespace and without angle brackets (a
     blank string, or a copy of a prompt's "<placeholder>", is never useful)."""
     return f'"{_JSON_FIRST}{_JSON_CHAR}{{0,{max_chars - 1}}}"'
+
+
+def min_words_regex(n: int) -> str:
+    """The JSON strings of at least n whitespace-separated words (intersect with `json_string_regex`)."""
+    if n <= 1:
+        return f'"{_JSON_CHAR}*"'
+    # unrolled, not {n-1,}: a counted repetition intersected with the length bound multiplies lexer states
+    return '"(' + _GAP + ')?' + _WORD + (_GAP + _WORD) * (n - 1) + _JSON_CHAR + '*"'
+
+
+def starts_with_words_regex(words: Sequence[str]) -> str:
+    """The JSON strings that begin with the words " ".join(words) as whole words, in any case, spacing or
+    punctuation (`normalise_text`'s comparison); negate it to forbid opening with a copied phrase. (A
+    "contains" test would be stricter, but intersected with the length bound it costs the lexer far more
+    states than a token step may use.)"""
+    body = f"{_SEPARATOR}+".join("".join(_char_class(c) for c in w) for w in words)
+    return f'"{_SEPARATOR}*{body}({_SEPARATOR}{_JSON_CHAR}*)?"'
 
 
 def _char_class(c: str) -> str:

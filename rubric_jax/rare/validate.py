@@ -38,9 +38,48 @@ def normalise_text(text: str) -> str:
     return " ".join(no_punct.split())
 
 
+# Placeholders of the prompt's example answer (writer_prompts.example_update): text containing one of them
+# was copied from the template, not written. Angle brackets mark them, so no answer string may contain one.
+PLACEHOLDERS = {
+    "diagnosis": {"replace": "the observed difference between responses, short",
+                  "revise": "mastered, frontier or out of reach, and why, short",
+                  "refine": "the scoring problem found and its evidence, short",
+                  "propose": "the difference among the responses it measures, short"},
+    "name": "short title", "check": "one observable check", "level": "what earns",
+}
+# A check states what to look for, and a level what a response at that score looks like: neither fits in a
+# word or two ("diagnosis_type_1", "100%" are what a small writer produces when it has nothing to say).
+MIN_CHECK_WORDS = 4
+MIN_LEVEL_WORDS = 3
+
+
+def template_phrases(mode: str, field: str) -> tuple[str, ...]:
+    """The normalised placeholder texts a `field` ("diagnosis", "name", "check" or "level") of a `mode`
+    answer may not open with: its own placeholder, and the diagnosis placeholder that precedes every field
+    (a small writer that copied it once tends to repeat it everywhere). The local writer's grammar bans the
+    same openings, so its answers pass this rule whole. (Inside a string, the brackets that mark a
+    placeholder are refused anyway.)"""
+    texts = {PLACEHOLDERS["diagnosis"][mode], PLACEHOLDERS[field] if field != "diagnosis" else ""} - {""}
+    return tuple(sorted(normalise_text(t) for t in texts))
+
+
 def _is_placeholder(text: str) -> bool:
     t = text.strip()
     return t.startswith("<") and t.endswith(">") and ">" not in t[1:-1]
+
+
+def _string_problem(text: str, what: str, phrases: tuple[str, ...], min_words: int = 1) -> str | None:
+    """Why an answer string cannot be used, or None."""
+    if "<" in text or ">" in text:
+        return (f"{text!r} contains angle brackets, which mark the template's placeholders; write plain text "
+                f"for the {what}")
+    key = f"{normalise_text(text)} "
+    for phrase in phrases:
+        if key.startswith(f"{phrase} "):
+            return f"{text!r} copies the template's placeholder ({phrase!r}); write the actual {what}"
+    if len(text.split()) < min_words:
+        return f"{text!r} is too short: the {what} needs at least {min_words} words"
+    return None
 
 
 def _parse(text_or_obj: Any) -> Any:
@@ -123,6 +162,12 @@ def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, 
             raise ReplacementError(f"{path}.polarity: {pol!r} is not allowed; the {request.direction} direction "
                                    f"requires {' or '.join(repr(p) for p in allowed)}")
         polarities.append(pol)
+        for f in ("diagnosis", "name", "check"):
+            why = _string_problem(u[f], f, template_phrases(request.mode, f), MIN_CHECK_WORDS if f == "check" else 1)
+            if why:
+                raise ReplacementError(f"{path}.{f}: {why}")
+        if normalise_text(u["check"]) == normalise_text(u["name"]):
+            raise ReplacementError(f"{path}.check: repeats the criterion's name; the check says what to look for")
         old = request.rubric[cid]
         m = old.max_points
         if "max_points" in u and (not isinstance(u["max_points"], int) or isinstance(u["max_points"], bool)
@@ -141,6 +186,10 @@ def validate_replacements(text_or_obj: Any, request: WriteRequest) -> dict[str, 
                 raise ReplacementError(f"{path}.levels[{j}]: {lv!r} is the template's placeholder; describe what "
                                        f"earns score {j}")
             key = normalise_text(lv)
+            why = None if key in FORMAT_WORDS else _string_problem(
+                lv, f"description of score {j}", template_phrases(request.mode, "level"), MIN_LEVEL_WORDS)
+            if why:
+                raise ReplacementError(f"{path}.levels[{j}]: {why}")
             if key in FORMAT_WORDS:
                 raise ReplacementError(f"{path}.levels[{j}]: {lv!r} is a key of the answer format; describe what "
                                        f"earns score {j}")

@@ -50,8 +50,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from rubric_jax.rare.validate import (FORMAT_WORDS, UPDATE_FIELDS, ReplacementError, normalise_text,
-                                      validate_replacements)
+from rubric_jax.rare.validate import (FORMAT_WORDS, MIN_CHECK_WORDS, MIN_LEVEL_WORDS, UPDATE_FIELDS,
+                                      ReplacementError, normalise_text, template_phrases, validate_replacements)
 from rubric_jax.rare.writer_prompts import (CHARS_PER_TOKEN, CUT_MARK, DIRECTION_TEXT, build_messages,  # noqa: F401
                                             criterion_line, cut_response, direction_instruction, example_update,
                                             feedback_message, score_line)
@@ -228,24 +228,32 @@ def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(
     writer rebuilds the grammar as each check is finished); and no level description repeats another level
     of its update, the update's name or check (`taken[k]`: the normalised name, check and finished levels of
     update k, in order), or is a bare key of the format. Same compact JSON as the schema's grammar."""
-    from rubric_jax.rare.constrained import json_string_regex, same_words_regex
+    from rubric_jax.rare.constrained import (json_string_regex, min_words_regex, same_words_regex,
+                                             starts_with_words_regex)
 
     def lit(text: str) -> str:  # a Lark string literal of raw output, or a JSON string as it is output
         return json.dumps(text, ensure_ascii=False)
 
+    def string(field: str, max_chars: int, min_words: int, same_as: Sequence[str] = ()) -> str:
+        """A string terminal's body: bounded, at least `min_words` words, not opening with a template
+        placeholder, and not a restatement of any of `same_as` (normalised texts)."""
+        banned = [starts_with_words_regex(p.split()) for p in template_phrases(request.mode, field)]
+        banned += [same_words_regex(t.split()) for t in sorted(set(same_as))]
+        body = f"/{json_string_regex(max_chars)}/ & /{min_words_regex(min_words)}/"
+        return body + (f" & ~/{'|'.join(f'({b})' for b in banned)}/" if banned else "")
+
     ids = request.rubric.ids
     base = [normalise_text(c.check) for c in (*request.retained, *request.inactive)]
-    terminals = [f"DIAG: /{json_string_regex(cfg.max_diagnosis_chars)}/",
-                 f"NAME: /{json_string_regex(cfg.max_name_chars)}/"]
+    terminals = [f"DIAG: {string('diagnosis', cfg.max_diagnosis_chars, 1)}",
+                 f"NAME: {string('name', cfg.max_name_chars, 1)}"]
 
     def level(k: int, j: int) -> str:
         """Level j of update k: not a format key, not the update's name or check, not an earlier level."""
         term = f"LEVEL_{k}_{j}"
         if not any(t.startswith(term + ":") for t in terminals):
             own = list(taken[k]) if k < len(taken) else []
-            forbidden = sorted(set(FORMAT_WORDS) | set(own[:2 + j]))  # name, check, levels 0..j-1
-            same = "|".join(f"({same_words_regex(t.split())})" for t in forbidden)
-            terminals.append(f"{term}: /{json_string_regex(cfg.max_level_chars)}/ & ~/{same}/")
+            forbidden = set(FORMAT_WORDS) | set(own[:2 + j])  # name, check, levels 0..j-1
+            terminals.append(f"{term}: {string('level', cfg.max_level_chars, MIN_LEVEL_WORDS, forbidden)}")
         return term
 
     rules: dict[str, str] = {}
@@ -257,9 +265,10 @@ def replacement_grammar(request: WriteRequest, cfg: WriterConfig = WriterConfig(
         if rule not in rules:
             term = f"CHECK_{ci}_{k}"  # shared by the item's polarities
             if not any(t.startswith(term + ":") for t in terminals):
-                forbidden = sorted(set(base + [normalise_text(request.rubric[cid].check)] + list(written[:k])))
-                same = "|".join(f"({same_words_regex(t.split())})" for t in forbidden)
-                terminals.append(f"{term}: /{json_string_regex(cfg.max_check_chars)}/ & ~/{same}/")
+                # ... and not its own update's name, once that is written (taken[k] then starts with it)
+                own_name = list(taken[k][:1]) if k < len(taken) else []
+                forbidden = base + [normalise_text(request.rubric[cid].check)] + list(written[:k]) + own_name
+                terminals.append(f"{term}: {string('check', cfg.max_check_chars, MIN_CHECK_WORDS, forbidden)}")
             head = lit(f'{{"id":{lit(cid)},"polarity":{lit(pol)},"diagnosis":')
             levels = f" {comma} ".join(level(k, j) for j in range(request.rubric[cid].max_points + 1))
             rules[rule] = f"{head} DIAG {name_key} NAME {check_key} {term} {levels_key} {levels} {lit(']}')}"
@@ -359,16 +368,21 @@ class RemoteWriter:
 
 _JSON_STR = r'"(?:[^"\\]|\\.)*"'
 _CLOSED_NAME_CHECK = re.compile(rf'"name":({_JSON_STR}),"check":({_JSON_STR})')
+_CLOSED_NAME = re.compile(rf'"name":({_JSON_STR}),"check":')
 _CLOSED_LEVEL = re.compile(rf'({_JSON_STR})(?=[,\]])')
 
 
 def finished_texts(text: str) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """From a partial compact answer: (normalised finished checks, per update (name, check, finished
-    levels...) normalised) — what `replacement_grammar` must keep later strings from repeating."""
+    levels...) normalised, or (name,) while its check is being written) — what `replacement_grammar` must
+    keep later strings from repeating."""
     checks, taken = [], []
     for part in text.split('{"id":')[1:]:
         m = _CLOSED_NAME_CHECK.search(part)
         if not m:
+            named = _CLOSED_NAME.search(part)
+            if named:
+                taken.append((normalise_text(json.loads(named.group(1))),))
             break
         name, check = (normalise_text(json.loads(x)) for x in m.groups())
         checks.append(check)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from rubric_jax.rare.validate import MIN_CHECK_WORDS, MIN_LEVEL_WORDS, PLACEHOLDERS
 from rubric_jax.rubrics.types import Criterion
 
 if TYPE_CHECKING:
@@ -61,12 +62,7 @@ SYSTEM = {
                 "You answer with JSON only."),
 }
 
-DIAGNOSIS_HINT = {
-    "replace": "<the observed difference between responses, short>",
-    "revise": "<mastered, frontier or out of reach, and why, short>",
-    "refine": "<the scoring problem found and its evidence, short>",
-    "propose": "<the difference among the responses it measures, short>",
-}
+DIAGNOSIS_HINT = {mode: f"<{text}>" for mode, text in PLACEHOLDERS["diagnosis"].items()}
 
 
 def _default_cfg() -> WriterConfig:
@@ -118,8 +114,8 @@ def example_update(request: WriteRequest) -> dict:
     pols = request.allowed_polarities()
     # A rewrite keeps the criterion's own polarity when it may: the example should not nudge it to flip.
     pol = request.rubric[cid].polarity if request.whole_rubric and request.rubric[cid].polarity in pols else pols[0]
-    return {"id": cid, "polarity": pol, "diagnosis": DIAGNOSIS_HINT[request.mode], "name": "<short title>",
-            "check": "<one observable check>", "levels": [f"<what earns {k}>" for k in range(m + 1)]}
+    return {"id": cid, "polarity": pol, "diagnosis": DIAGNOSIS_HINT[request.mode], "name": f"<{PLACEHOLDERS['name']}>",
+            "check": f"<{PLACEHOLDERS['check']}>", "levels": [f"<{PLACEHOLDERS['level']} {k}>" for k in range(m + 1)]}
 
 
 def _cases(request: WriteRequest, cfg: WriterConfig, tokenizer, title: str, skip: tuple[str, ...] = (),
@@ -147,7 +143,8 @@ def _inactive(request: WriteRequest, heading: str) -> list[str]:
 
 def _brevity(cfg: WriterConfig) -> str:
     return (f"Be brief: name <= {cfg.max_name_chars} characters, check <= {cfg.max_check_chars}, each level <= "
-            f"{cfg.max_level_chars}, diagnosis <= {cfg.max_diagnosis_chars}.")
+            f"{cfg.max_level_chars}, diagnosis <= {cfg.max_diagnosis_chars}. Plain text only: no angle brackets, "
+            f"and a check (at least {MIN_CHECK_WORDS} words) that differs from the name.")
 
 
 def _output(request: WriteRequest) -> list[str]:
@@ -158,7 +155,8 @@ def _output(request: WriteRequest) -> list[str]:
 
 
 LEVELS_RULE = ("`levels` has one description for every integer score from 0 up to max_points, in that order "
-               "(max_points + 1 non-empty strings), each saying what a response at that score looks like.")
+               f"(max_points + 1 strings of at least {MIN_LEVEL_WORDS} words), each saying what a response at that "
+               "score looks like.")
 
 
 def _replace_prompt(request: WriteRequest, cfg: WriterConfig, tokenizer) -> list[str]:

@@ -226,7 +226,7 @@ class ChatClient:
                 if resp.status_code < 300:
                     try:
                         return parse_completion(resp.json())
-                    except ValueError as e:
+                    except ValueError:
                         raise ChatError(f"{url}: response is not JSON: {resp.text[:300]!r}",
                                         resp.status_code, attempt + 1) from None
                 message = self._redact(_server_message(resp))
@@ -270,25 +270,30 @@ class ChatClient:
 
     def chat_many(self, requests: list[dict], *, desc: str = "chat") -> list[Completion]:
         """Runs every request (a dict of `achat` keyword arguments) concurrently; results in request order."""
+        return run_sync(lambda: self._run_many(requests, desc))
+
+
+def run_sync(coro_fn):
+    """asyncio.run(coro_fn()), also when called from inside a running event loop (a notebook): then on a
+    fresh loop in a thread, whose exception is re-raised here."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_fn())
+    out: dict[str, Any] = {}
+
+    def target():
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self._run_many(requests, desc))
-        # Called from inside a running event loop (a notebook): run on a fresh loop in a thread.
-        out: dict[str, Any] = {}
+            out["r"] = asyncio.run(coro_fn())
+        except BaseException as e:  # re-raised in the caller's thread
+            out["e"] = e
 
-        def target():
-            try:
-                out["r"] = asyncio.run(self._run_many(requests, desc))
-            except BaseException as e:  # re-raised in the caller's thread
-                out["e"] = e
-
-        t = threading.Thread(target=target)
-        t.start()
-        t.join()
-        if "e" in out:
-            raise out["e"]
-        return out["r"]
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    if "e" in out:
+        raise out["e"]
+    return out["r"]
 
 
-__all__ = ["ChatClient", "ChatError", "Completion", "parse_completion"]
+__all__ = ["ChatClient", "ChatError", "Completion", "parse_completion", "run_sync"]

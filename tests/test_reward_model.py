@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import QWEN_TOKENIZER_FILES, _randomize, write_tiny_checkpoint
+from conftest import _randomize, copy_qwen_tokenizer, write_tiny_checkpoint
 from rubric_jax.models.loading import CheckpointError
 from rubric_jax.models.reward_model import (encode_exchange, last_real_index, length_bucket, load_reward_model,
                                             score_texts)
@@ -21,7 +21,6 @@ def write_tiny_reward_model(out_dir, arch, *, seed, vocab_size, pad_token_id, la
     import torch
     import transformers
 
-    from rubric_jax.models.tokenizer import EMBEDDED_TOKENIZERS, _package_dir
 
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -40,10 +39,7 @@ def write_tiny_reward_model(out_dir, arch, *, seed, vocab_size, pad_token_id, la
         model.score.weight.mul_(8.0)
     model.eval()
     model.save_pretrained(out_dir)
-    module, sub = EMBEDDED_TOKENIZERS["qwen3"]
-    src = os.path.join(_package_dir(module, ""), sub)
-    for f in QWEN_TOKENIZER_FILES:
-        shutil.copy(os.path.join(src, f), os.path.join(out_dir, f))
+    copy_qwen_tokenizer(out_dir)
     return model
 
 

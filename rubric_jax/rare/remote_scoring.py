@@ -48,12 +48,11 @@ import asyncio
 import logging
 import os
 import re
-import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from rubric_jax.openai_client import ChatClient, ChatError, Completion
+from rubric_jax.openai_client import ChatClient, ChatError, Completion, run_sync
 from rubric_jax.rare.scoring import GroupScores
 from rubric_jax.rubrics import Criterion, Rubric
 
@@ -187,28 +186,6 @@ def request_seed(seed: int, group: int, response: int, attempt: int) -> int:
     return int(np.random.SeedSequence(words).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def _run(coro_fn):
-    """asyncio.run(coro_fn()), also from inside a running event loop (a notebook), like ChatClient.chat_many."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro_fn())
-    out: dict[str, Any] = {}
-
-    def target():
-        try:
-            out["r"] = asyncio.run(coro_fn())
-        except BaseException as e:  # re-raised in the caller's thread
-            out["e"] = e
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "e" in out:
-        raise out["e"]
-    return out["r"]
-
-
 class RemoteScorer:
     """Scores each group's responses under its rubric with a chat model behind an OpenAI-compatible endpoint.
 
@@ -283,7 +260,7 @@ class RemoteScorer:
                     return err
             return await asyncio.gather(*(one(kw) for kw in requests))
 
-        return list(_run(each))
+        return list(run_sync(each))
 
     def _report_failures(self, outs: list, what: str) -> int:
         errors = [o for o in outs if isinstance(o, ChatError)]

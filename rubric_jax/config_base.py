@@ -158,6 +158,7 @@ def task_level_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.prompts_per_step = 4
     c.steps = 4
     c.loss.micro_batch_size = 16
+    c.rare.writer_max_new_tokens = 2048  # a rewrite of all six criteria, every level described
     return c
 
 

@@ -38,7 +38,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.rubric_source = "config"
     # task: train on the records of these tasks only ("a,b"; "" = all), e.g. one video type of the script
     # set, as the RARE paper trains one run per production style
-    c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0, task=""))
+    # with_constraints: train only on records that carry constraints (RLMR)
+    c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0, task="", with_constraints=False))
     c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=20, top_p=0.8, min_p=0.0))
     c.lora = ml_collections.ConfigDict(dict(rank=32, alpha=32.0, dropout=0.05, targets=list(ALL_TARGETS)))
     # What the update trains: "lora" (adapters on the frozen base; the KL reference is the base) or "full"
@@ -57,7 +58,16 @@ def base_config() -> ml_collections.ConfigDict:
     c.reward = ml_collections.ConfigDict(dict(
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
-        usefulness_coef=0.0))
+        usefulness_coef=0.0, verifier_flip=0.0))
+    # RLMR (reward.judging="rlmr"; docs/method.md §4): writing reward + constraint verifier, mixed per group.
+    c.rlmr = ml_collections.ConfigDict(dict(
+        writing="absolute",  # absolute (judge's pointwise rubric score) | pairwise (win rate) | reward_model
+        mix="penalty",  # penalty (the group penalty delta) | linear (a * r + b * pass)
+        gamma=0.1, linear_a=1.0, linear_b=1.0,
+        verifier="auto",  # auto (program where one exists, else the LLM) | program | llm | both
+        reward_model="", reward_model_batch=8))
+    # DAPO dynamic sampling (rubric_jax/rl/dynamic.py), any method: drop groups without reward spread, refill.
+    c.dynamic = ml_collections.ConfigDict(dict(enabled=False, oversample=1, max_rounds=2, min_spread=1e-6))
     # RARE (reward.judging="rare"; docs/method.md §3): integer scores, saturated-criterion replacement.
     c.rare = ml_collections.ConfigDict(dict(
         # sample (replace saturated criteria) | static (score only) | task (revise each task's shared rubric
@@ -135,6 +145,33 @@ def rare_overrides(c: ml_collections.ConfigDict, *, level: str, source: str) -> 
     c.loss.kl_coef = 0.001
     c.loss.kl_kind = "k3"
     c.steps = 6  # two epochs (the paper's length) of the 90 bundled training requests at 32 per step
+    return c
+
+
+def rlmr_overrides(c: ml_collections.ConfigDict, *, mix: str = "penalty", a: float = 1.0,
+                   b: float = 1.0) -> ml_collections.ConfigDict:
+    """RLMR and its baselines (docs/method.md §4): the bundled creative-writing prompts that carry constraints,
+    the self-judge's pointwise score on one holistic writing criterion as the writing reward, the verifier, GRPO advantages and dynamic
+    sampling; `mix`, `a`, `b` pick the method (penalty) or a fixed linear weighting a * r + b * pass."""
+    c.data.with_constraints = True
+    c.rubric = "writing_quality"  # one holistic score per response, as RLMR's writing reward model gives
+    c.reward.judging = "rlmr"
+    c.reward.curriculum = False
+    c.reward.weighting = "equal"
+    c.rlmr.mix = mix
+    c.rlmr.linear_a, c.rlmr.linear_b = a, b
+    c.loss.advantage = "grpo"
+    c.loss.aggregation = "token_mean"
+    c.dynamic.enabled = True
+    c.dynamic.max_rounds = 2
+    c.steps = 500
+    return c
+
+
+def rlmr_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """:tiny for RLMR: a few more tokens per completion, so starts_with / must_include have text to act on."""
+    c.max_completion_len = 24
+    c.judge.max_response_tokens = 32
     return c
 
 

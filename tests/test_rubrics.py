@@ -74,7 +74,14 @@ def _error(d) -> str:
 
 def test_builtin_names():
     assert builtin_rubric_names() == ("creative_writing", "health", "script_2d_animation", "script_3d_stop_motion",
-                                      "script_live_action")
+                                      "script_live_action", "writing_quality")
+
+
+def test_builtin_writing_quality_is_one_holistic_criterion():
+    """RLMR's writing reward: one score per response on 0..6, each level its own description."""
+    r = load_rubric("writing_quality")
+    assert len(r) == 1 and r.max_points == (6,) and r.criteria[0].polarity == "positive"
+    assert len(set(r.criteria[0].levels)) == 7
 
 
 @pytest.mark.parametrize("name,order", [("creative_writing", CW_ORDER), ("health", HEALTH_ORDER)])

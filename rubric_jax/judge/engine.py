@@ -130,7 +130,7 @@ class Judge:
             return shapes[-1]
         # Budget spent and nothing fits: correctness first (one more compilation), and say so.
         log.warning("judge: no compiled %s shape fits %s (budget of %d spent): compiling another",
-                    kind[0], need, cfg.max_shapes)
+                    kind[1], need, cfg.max_shapes)
         shapes.append(fresh)
         return fresh
 
@@ -147,7 +147,7 @@ class Judge:
         head_max = len(self.prompts.head(kind, [0] * pc.max_prompt_tokens, [0] * pc.max_response_tokens))
         body_max = len(self.prompts.body([0] * pc.max_response_tokens)) if kind == "pair" else 0
         grow = lambda x, top: max(x, min(bucket(2 * x, cfg.len_steps), bucket(max(top, 1), cfg.len_steps)))
-        reserved = [len(self.prompts.suffix(kind, c)) for c in self._reserved]
+        reserved = [len(self.prompts.suffix(kind, c)) for c in self._reserved] if kind != "verify" else []
         lane = max(max(sh[5] for sh in stack), bucket(max(reserved, default=1), cfg.len_steps))
         lc = max(max(sh[4] for sh in stack), lanes_at(lane),
                  len(first_fit([(n, None) for n in reserved], lane)))
@@ -205,7 +205,8 @@ class Judge:
         lc, r, jn = lanes_at(lane), pow2(need["r"]), need["jn"]
         per_head = t1 + jn * (tb + lc * lane)
         hn = max(1, min(bucket(len(heads), 4, 1, 1), pow2_floor(self.tokens_per_call // per_head)))
-        shape = self._pick_shape(("tree", len(ids)), (hn, t1, jn, tb, lc, lane, r), need, lanes_at, cost)
+        # verify, pair and point calls have different proportions: each kind gets its own shape budget
+        shape = self._pick_shape(("tree", kind, len(ids)), (hn, t1, jn, tb, lc, lane, r), need, lanes_at, cost)
         hn, t1, jn, tb, lc, lane, r = shape
         per_head = t1 + jn * (tb + lc * lane)
         head_list = [(h, [(j.body, pack(j, lane)) for j in js]) for h, js in heads.items()]

@@ -50,6 +50,15 @@ POINTWISE_QUESTION_GEN = ("Grade the response on the criterion below with one of
 PAIRWISE_REMINDER = "\n\nOn this criterion, is {L1} or {L2} better?"
 POINTWISE_REMINDER = "\n\nWhich score from 0 to {MAX}?"
 POINTWISE_REMINDER_BINARY = "\n\nWhich score, 0 or {MAX}?"
+# The constraint verifier (RLMR): one pass/fail answer per constraint. The label meaning ("answer A if it keeps
+# the constraint") is stated in the constraint's suffix, not the shared head, so both label orders of every
+# constraint of a response share one head: the order that cancels a judge's label bias costs suffix tokens only.
+VERIFY_SYSTEM = "You check whether a response keeps one stated constraint."
+VERIFY_USER = "### Task\n{PROMPT}\n\n### Response\n{R1}\n\n{QUESTION}\n\n### Constraint\n{CRIT}"
+VERIFY_QUESTION = ("Does the response keep the constraint below? Judge this constraint only, not how good the "
+                   "response is otherwise.")
+VERIFY_REMINDER = "\n\nIf the response keeps this constraint, answer {LP}; if it breaks it, answer {LF}."
+VERIFY_CUE = "Answer:"
 PAIRWISE_CUE = "Better response:"
 POINTWISE_CUE = "Score: "
 
@@ -152,7 +161,12 @@ class PromptBuilder:
             return self._segments[key]
         cfg = self.cfg
         l1, l2 = (lab.strip() for lab in cfg.labels)
-        if kind == "pair":
+        if kind == "verify":
+            user = VERIFY_USER.format(PROMPT=_S["PROMPT"], R1=_S["R1"], CRIT=_S["CRIT"], QUESTION=VERIFY_QUESTION)
+            text = self._render(VERIFY_SYSTEM, user, VERIFY_CUE)
+            seg0, seg1, seg3, tail = _split(text, ["PROMPT", "R1", "CRIT"])
+            seg2 = ""
+        elif kind == "pair":
             q = (PAIRWISE_QUESTION_GEN if generate else PAIRWISE_QUESTION).format(L1=l1, L2=l2)
             user = PAIRWISE_USER.format(N1=l1, N2=l2, QUESTION=q, **_S)
             text = self._render(cfg.pairwise_system, user, "" if generate else cfg.pairwise_cue)
@@ -184,6 +198,18 @@ class PromptBuilder:
             reminder = self.cfg.pointwise_reminder_binary if c.scoring == "binary" else self.cfg.pointwise_reminder
             text = pointwise_criterion_text(c) + reminder.format(MAX=c.max_points)
         return self._enc(text + seg["tail"])
+
+    def verify_suffix(self, constraint: str, order: int) -> tuple[int, ...]:
+        """The constraint's suffix in label order 0 (the first label means "keeps it") or 1 (the second does)."""
+        l1, l2 = (lab.strip() for lab in self.cfg.labels)
+        lp, lf = (l1, l2) if order == 0 else (l2, l1)
+        return self._enc(constraint.strip() + VERIFY_REMINDER.format(LP=lp, LF=lf) + self.segments("verify")["tail"])
+
+    @property
+    def verify_fingerprint(self) -> str:
+        """The text the verifier reads (part of its cache keys)."""
+        parts = [self.fingerprint, VERIFY_SYSTEM, VERIFY_USER, VERIFY_QUESTION, VERIFY_REMINDER, VERIFY_CUE]
+        return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
     def head(self, kind: str, prompt_ids, resp_ids, generate: bool = False) -> tuple[int, ...]:
         seg = self.segments(kind, generate)

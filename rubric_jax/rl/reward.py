@@ -30,7 +30,7 @@ from rubric_jax.rubrics import Criterion, Rubric
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    judging: str = "pairwise"  # pairwise | absolute | rare (rubric_jax.rl.rare_phase)
+    judging: str = "pairwise"  # pairwise | absolute | rare (rubric_jax.rl.rare_phase) | rlmr (rl.rlmr_phase)
     curriculum: bool = True
     interval: int = 100  # steps between criterion introductions
     weighting: str = "emphasis"  # emphasis | equal
@@ -42,13 +42,18 @@ class RewardConfig:
     exploration_dim: int = 64
     exploration_lambda: float = 1.0
     usefulness_coef: float = 0.0
+    verifier_flip: float = 0.0  # RLMR: flip each rollout's violation flag with this probability (label noise)
 
     def __post_init__(self):
-        if self.judging not in ("pairwise", "absolute", "rare"):
-            raise ValueError(f"reward.judging must be pairwise, absolute or rare, got {self.judging!r}")
-        if self.judging == "rare" and (self.curriculum or self.dropout_q):
-            raise ValueError("reward.judging='rare' scores every criterion of each query's rubric: set "
+        if self.judging not in ("pairwise", "absolute", "rare", "rlmr"):
+            raise ValueError(f"reward.judging must be pairwise, absolute, rare or rlmr, got {self.judging!r}")
+        if self.judging in ("rare", "rlmr") and (self.curriculum or self.dropout_q):
+            raise ValueError(f"reward.judging={self.judging!r} scores every criterion of the rubric: set "
                              "reward.curriculum=False and reward.dropout_q=0")
+        if not 0 <= self.verifier_flip <= 1:
+            raise ValueError(f"reward.verifier_flip must be a probability in [0, 1], got {self.verifier_flip}")
+        if self.verifier_flip and self.judging != "rlmr":
+            raise ValueError("reward.verifier_flip flips RLMR's verifier flags: it needs reward.judging='rlmr'")
         if self.weighting not in R.CURRICULUM_MODES:
             raise ValueError(f"reward.weighting must be one of {R.CURRICULUM_MODES}, got {self.weighting!r}")
         if self.order not in ("paper", "random"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -29,9 +30,9 @@ from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
-from rubric_jax.rl import diagnostics, rare_phase
+from rubric_jax.rl import diagnostics, dynamic, rare_phase, rlmr_phase
 from rubric_jax.rl.checkpoint import Checkpointer
-from rubric_jax.rl.hosts import Hosts
+from rubric_jax.rl.hosts import Hosts, merge_rows
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
@@ -69,6 +70,9 @@ class Setup:
     shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
     rare: rare_phase.RareRuntime | None = None  # reward.judging="rare": rubric store, scorer, criterion writer
     rubrics: RubricStore | None = None  # per-prompt rubrics (config.rubric_source record | task)
+    rlmr: rlmr_phase.RlmrRuntime | None = None  # reward.judging="rlmr": constraint verifier, writing reward, mix
+    writing_cfg: RewardConfig | None = None  # RLMR: how the judge gives the writing reward (absolute | pairwise)
+    dynamic: dynamic.DynamicConfig = dynamic.DynamicConfig()
 
     def local_policy(self) -> Policy:
         """The current policy on this process' devices (sampling, usefulness bonus)."""
@@ -154,11 +158,16 @@ def build(config) -> Setup:
                          f"one criteria order for a curriculum or dropout; set reward.curriculum=False")
     default_rubric = load_rubric(config.rubric) if config.rubric else None
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
-    if reward_cfg.judging != "rare" and not per_prompt:
+    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr" and config.rlmr.writing == "reward_model")
+    if judged and not per_prompt:
         if not criteria:
-            raise ValueError("config.rubric is empty: pairwise/absolute judging needs a rubric")
+            raise ValueError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a rubric")
         judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
     records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
+    if config.data.with_constraints:
+        records = [r for r in records if r.constraints]
+        if not records:
+            raise ValueError(f"config.data.with_constraints: no record of {config.data.path!r} has constraints")
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
     # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
@@ -167,7 +176,10 @@ def build(config) -> Setup:
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")
-    rare = store = None
+    rare = store = rlmr = writing_cfg = None
+    if reward_cfg.judging == "rlmr":
+        rlmr = rlmr_phase.build(config, judge, dataset.records)
+        writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute")
     if reward_cfg.judging == "rare":
         rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records)
     elif per_prompt:
@@ -175,7 +187,7 @@ def build(config) -> Setup:
         for r in dataset.records:  # every record's rubric loads now: a bad one fails before training starts
             store.initial(r)
     return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
-                 base_local, shapes, rare, store)
+                 base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()))
 
 
 def select_tasks(records, tasks: str, source: str):
@@ -253,16 +265,29 @@ def prompt_keys(key, first: int, count: int):
     return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(first, first + count))
 
 
-def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, float]:
-    """One step. This process samples, judges and rewards its slice of the prompts on its own devices;
-    the per-row results of all processes are pooled (`hosts.merged`) for advantages and metrics; the
-    update runs on the global batch over the whole mesh."""
+@dataclasses.dataclass
+class SampledBatch:
+    """One batch of prompts sampled, judged and rewarded in a step (dynamic sampling may take several)."""
+
+    records: list
+    out: Any  # the sampler's SampleOutput
+    rows: dict[str, Any]  # per-group results of this process, pooled across batches and processes
+    reward: np.ndarray  # (B, G) with bonuses
+    keep: np.ndarray  # (B,) groups fit for the update (dynamic sampling: spread > min_spread and not dropped)
+
+
+def sample_batch(setup: Setup, step: int, key, index: int, weights, timer: PhaseTimer) -> SampledBatch:
+    """Batch `index` of the step: sample -> judge -> reward on this process' devices. Batch 0 draws its
+    randomness exactly as a step without dynamic sampling does; batch i > 0 from fold_in(key, 1000 + i), and its
+    groups have global ids i * prompts_per_step + (index in the step's batch)."""
     cfg, tok, g, hosts = setup.config, setup.tokenizer, setup.config.group_size, setup.hosts
     records = next(setup.data_iter)
-    first = setup.dataset.global_offset  # global index of this slice's first prompt in the step's batch
+    first = index * cfg.prompts_per_step + setup.dataset.global_offset
+    group_ids = range(first, first + len(records))
+    bkey = key if index == 0 else jax.random.fold_in(key, 1000 + index)
     prompts = [r.prompt for r in records]
-    rows: dict[str, Any] = {}  # per-row results of this process, pooled across processes below
-
+    rows: dict[str, Any] = {}
+    drop = np.zeros(len(records), bool)
     with hosts.local_context():
         with timer.phase("sample"):
             encoded = [encode_prompt(tok, r, cfg.max_prompt_len) for r in records]
@@ -270,7 +295,7 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
                          max_new_tokens=cfg.max_completion_len, num_samples=g,
                          temperature=cfg.sampling.temperature, top_k=cfg.sampling.top_k, top_p=cfg.sampling.top_p,
                          min_p=cfg.sampling.min_p, eos_ids=tok.eos_ids, pad_id=tok.pad_id,
-                         prompt_keys=prompt_keys(jax.random.fold_in(key, 0), first, len(records)),
+                         prompt_keys=prompt_keys(jax.random.fold_in(bkey, 0), first, len(records)),
                          prompt_length=None if setup.shapes is None else setup.shapes.prompt_width)
             # every process trims its completions to the same width: the update's arrays are global
             longest = hosts.max(int(np.max(out.lengths, initial=0)))
@@ -281,29 +306,93 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
             responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
 
         with timer.phase("judge"):
-            weights = None
             if setup.rare is not None:  # scoring, and writing and rescoring replacements (time/judge)
-                with JudgePadding(setup.rare.judge) as judge_pad:
-                    r_bg, rows["judge"] = rare_phase.judge(setup.rare, records, prompts, responses, step)
-            elif setup.rubrics is not None:
-                with JudgePadding(setup.judge) as judge_pad:
-                    r_bg, rows["judge"] = judge_rewards_per_prompt(
-                        setup.judge, prompts, responses, [setup.rubrics.get(r) for r in records], setup.reward_cfg,
-                        seed=step, group_ids=range(first, first + len(records)))
+                r_bg, rows["judge"] = rare_phase.judge(setup.rare, records, prompts, responses, step)
+            elif setup.rlmr is not None:  # writing reward, constraint verifier, their mix
+                r_bg, mixed_rows, drop = rlmr_phase.rewards(
+                    setup.rlmr, lambda p, r: _judge_step(setup, records, p, r, weights, step, group_ids), records,
+                    prompts, responses, setup.reward_cfg.verifier_flip, jax.random.fold_in(bkey, 4), group_ids)
+                rows.update(mixed_rows)
             else:
-                weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
-                with JudgePadding(setup.judge) as judge_pad:
-                    r_bg, rows["judge"] = judge_rewards(setup.judge, prompts, responses, setup.criteria, weights,
-                                                        setup.reward_cfg, seed=step,
-                                                        group_ids=range(first, first + len(records)))
+                r_bg, rows["judge"] = _judge_step(setup, records, prompts, responses, weights, step, group_ids)
 
         with timer.phase("reward"):
             rows["judge_reward"] = r_bg
-            r_bg = _add_bonuses(setup, r_bg, batch, records, encoded, completions, key, rows)
+            r_bg = _add_bonuses(setup, r_bg, batch, records, encoded, completions, bkey, rows)
             rows["reward"] = r_bg
             rows["completion"] = diagnostics.completion_rows(out, prompts, texts, tok)
-            rows["padding"] = padding_counts(out, batch)
             rows["truncated"] = np.asarray([e[1] for e in encoded], bool)
+    dyn = setup.dynamic
+    keep = dynamic.keep_groups(r_bg, dyn.min_spread, drop) if dyn.enabled else ~drop
+    return SampledBatch(list(records), out, rows, np.asarray(r_bg, np.float32), keep)
+
+
+def _judge_step(setup: Setup, records, prompts, responses, weights, step: int, group_ids):
+    """The judge's reward (pairwise win rates or pointwise scores) over the config's or each prompt's rubric."""
+    cfg = setup.reward_cfg if setup.rlmr is None else setup.writing_cfg
+    if setup.rubrics is not None:
+        return judge_rewards_per_prompt(setup.judge, prompts, responses, [setup.rubrics.get(r) for r in records],
+                                        cfg, seed=step, group_ids=group_ids)
+    return judge_rewards(setup.judge, prompts, responses, setup.criteria, weights, cfg, seed=step,
+                         group_ids=group_ids)
+
+
+def sample_until_full(setup: Setup, step: int, key, weights, timer: PhaseTimer) -> list[SampledBatch]:
+    """The step's sampled batches: one, or under dynamic sampling `oversample` and then one more at a time while
+    any process has fewer kept groups than its batch, at most `max_rounds` more (all processes agree)."""
+    dyn = setup.dynamic
+    batches = [sample_batch(setup, step, key, i, weights, timer) for i in range(dyn.oversample if dyn.enabled else 1)]
+    need = len(batches[0].records)
+    while dyn.enabled and len(batches) - dyn.oversample < dyn.max_rounds:
+        if min(setup.hosts.gather(int(sum(b.keep.sum() for b in batches)))) >= need:
+            break
+        batches.append(sample_batch(setup, step, key, len(batches), weights, timer))
+    return batches
+
+
+def update_batch(setup: Setup, batches: list[SampledBatch], sel: dynamic.Selection) -> RolloutBatch:
+    """The update's rows: the selected groups in order, at one completion width for all batches and processes;
+    zero-weight (padding) groups get empty completion masks, so no loss term or denominator counts them."""
+    g, pad = setup.config.group_size, setup.tokenizer.pad_id
+    longest = setup.hosts.max(max(int(np.max(b.out.lengths, initial=0)) for b in batches))
+    fitted = [rollout_batch(b.out, np.zeros(b.out.tokens.shape[0], np.float32), setup.shapes, pad, longest=longest)
+              for b in batches]
+    if len({f.prompt_len for f in fitted}) > 1:
+        raise ValueError("batches of one step were padded to different prompt widths")
+    tokens, mask, cmask = (np.concatenate([getattr(fitted[bi], name)[gi * g:(gi + 1) * g] for bi, gi in sel.picks])
+                           for name in ("tokens_bt", "mask_bt", "completion_mask_bt"))
+    weight = np.repeat(sel.weight, g) > 0
+    return RolloutBatch(tokens_bt=tokens, mask_bt=mask, prompt_len=fitted[0].prompt_len,
+                        completion_mask_bt=cmask & weight[:, None], adv_b=np.zeros(len(weight), np.float32))
+
+
+def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, float]:
+    """One step. This process samples, judges and rewards its slice of the prompts on its own devices (more
+    batches under dynamic sampling, rubric_jax.rl.dynamic); the per-row results of all processes are pooled
+    (`hosts.merged`) for advantages and metrics; the update runs on the global batch over the whole mesh."""
+    cfg, hosts = setup.config, setup.hosts
+    weights = None
+    if setup.rare is None and setup.rubrics is None:
+        weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
+    judge = setup.rare.judge if setup.rare is not None else setup.judge
+    with JudgePadding(judge) as judge_pad:
+        batches = sample_until_full(setup, step, key, weights, timer)
+    need = len(batches[0].records)
+    if setup.dynamic.enabled:
+        sel = dynamic.select_groups([b.keep for b in batches], need)
+    else:  # no refill: the one batch as sampled, groups a method drops (RLMR: all violate) at zero weight
+        sel = dynamic.Selection(tuple((0, i) for i in range(need)), batches[0].keep.astype(np.float32))
+    batch = update_batch(setup, batches, sel)
+    rows = merge_rows([b.rows for b in batches])
+    rows["padding"] = padding_counts(SimpleNamespace(prompt_mask=np.concatenate([b.out.prompt_mask for b in batches])),
+                                     batch)
+    picked = {"reward": np.stack([batches[bi].reward[gi] for bi, gi in sel.picks]), "weight": sel.weight}
+    if setup.rlmr is not None:
+        picked["violate"] = np.stack([batches[bi].rows["rlmr"]["violate"][gi] for bi, gi in sel.picks])
+    rows["picked"] = picked
+    rows["dynamic"] = np.asarray([[sum(len(b.keep) for b in batches), sum(int(b.keep.sum()) for b in batches),
+                                   len(batches) - (setup.dynamic.oversample if setup.dynamic.enabled else 1),
+                                   sel.padded]], np.int64)
 
     with timer.phase("pool"):  # also where processes wait for the slowest one
         pooled = hosts.merged(rows)
@@ -311,12 +400,18 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
             rare_phase.commit(setup.rare, pooled["judge"])
         # Advantages from the global batch (a group never spans processes, but a batch-level
         # normalisation would): every process computes all of them and keeps its own rows.
-        adv_all = np.asarray(advantages(jnp.asarray(pooled["reward"]), kind=cfg.loss.advantage))
-        adv = adv_all[first:first + len(records)].reshape(-1)
+        chosen = pooled["picked"]
+        adv_all = np.asarray(advantages(jnp.asarray(chosen["reward"]), kind=cfg.loss.advantage))
+        adv_all = adv_all * chosen["weight"][:, None]
+        adv = adv_all[hosts.index * need:(hosts.index + 1) * need].reshape(-1)
 
-    with timer.phase("update"), hosts.global_context():
-        umetrics = setup.policy.update(dataclasses.replace(batch, adv_b=adv.astype(np.float32)),
-                                       jax.random.fold_in(key, 2))
+    if chosen["weight"].any():
+        with timer.phase("update"), hosts.global_context():
+            umetrics = setup.policy.update(dataclasses.replace(batch, adv_b=adv.astype(np.float32)),
+                                           jax.random.fold_in(key, 2))
+    else:  # every group dropped (bound hit): no step at all, since AdamW's momentum would move weights on zeros
+        log.warning("step %d: no group with a learning signal after %d batches: update skipped", step, len(batches))
+        umetrics = {"dynamic/empty_update": 1.0}
     metrics = step_metrics(setup, pooled, adv_all, weights, umetrics, judge_pad.metrics())
     if setup.rare is not None and setup.rare.evidence is not None:
         with timer.phase("revise"):  # task level: revise the shared rubrics from steps t-2..t, used from t+1
@@ -334,12 +429,26 @@ def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weig
     """Every logged figure of a step, from the rows pooled over all processes (the same on each)."""
     r_bg = pooled["reward"]
     metrics: dict[str, float] = {**padding_metrics(pooled["padding"]), **judge_time}
+    if setup.dynamic.enabled:
+        sampled, kept, extra, padded = (int(x) for x in pooled["dynamic"].sum(axis=0))
+        metrics.update(dynamic.dynamic_metrics(sampled, kept, pooled["dynamic"][:, 2].max(), padded,
+                                               len(pooled["picked"]["weight"])))
+    elif pooled["picked"]["weight"].min() == 0:
+        metrics["dynamic/padded_groups"] = float(np.sum(pooled["picked"]["weight"] == 0))
+    if setup.rlmr is not None:
+        metrics.update(rlmr_phase.rlmr_metrics(pooled["rlmr"], setup.rlmr.cfg))
+        worst = rlmr_phase.violator_adv_max(adv_all, pooled["picked"]["violate"], pooled["picked"]["weight"])
+        if worst is not None:
+            metrics["rlmr/violator_adv_max"] = worst
+    judge_cfg = setup.reward_cfg if setup.rlmr is None else setup.writing_cfg
     if setup.rare is not None:
         metrics.update(rare_phase.metrics(pooled["judge"]))
+    elif "judge" not in pooled:  # RLMR with a reward model: no judge rows
+        pass
     elif setup.rubrics is not None:
-        metrics.update(per_prompt_metrics(pooled["judge"], setup.reward_cfg))
+        metrics.update(per_prompt_metrics(pooled["judge"], judge_cfg))
     else:
-        metrics.update(judge_metrics(pooled["judge"], setup.criteria, weights, setup.reward_cfg))
+        metrics.update(judge_metrics(pooled["judge"], setup.criteria, weights, judge_cfg))
     metrics["reward/judge_mean"] = float(pooled["judge_reward"].mean())
     for name in ("exploration", "usefulness"):
         if f"bonus_{name}" in pooled:

@@ -1,0 +1,172 @@
+"""The reward phase of RLMR runs (reward.judging="rlmr"): a writing reward, the constraint verifier, their mix.
+
+Source: "RLMR: Reinforcement Learning with Mixed Rewards for Creative Writing" (arXiv 2508.18642); the math is
+in rubric_jax.rewards.rlmr and docs/method.md. Per group of G rollouts of one prompt:
+
+  writing reward r   rlmr.writing = "absolute": the self-judge's pointwise rubric score (normalised to [0, 1]);
+                     "pairwise": the self-judge's win rate; "reward_model": a sequence-classification reward
+                     model's raw score (rlmr.reward_model, a checkpoint directory)
+  verifier           violate_i = rollout i breaks at least one of the prompt's constraints
+                     (rubric_jax.verifiers: programs and the LLM verifier); with reward.verifier_flip = p each
+                     flag is flipped with probability p (label noise, the review's falsifier)
+  mix                rlmr.mix = "penalty": r'_i = r_i - delta * violate_i (the group penalty: every violator
+                     ends >= gamma below the group mean, so its advantage is negative); a group where every
+                     rollout violates carries no constraint signal and is dropped (zero weight, refilled by
+                     dynamic sampling). "linear": r' = a * r + b * (1 - violate) (the fixed-weight baseline;
+                     a = 1, b = 0 is writing-only, a = 0, b = 1 verifier-only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rubric_jax import rewards as R
+from rubric_jax.verifiers.constraints import KINDS, Constraint, parse_constraints
+from rubric_jax.verifiers.verifier import ConstraintVerifier
+
+log = logging.getLogger(__name__)
+
+WRITING = ("absolute", "pairwise", "reward_model")
+MIXES = ("penalty", "linear")
+TYPES = tuple(sorted(KINDS))  # fixed order: per-type counts are rows that pool across processes
+
+
+@dataclasses.dataclass(frozen=True)
+class RlmrConfig:
+    writing: str = "absolute"
+    mix: str = "penalty"
+    # gamma: rewards of the default writing reward live in [0, 1]; a margin of a tenth of that range keeps every
+    # violator clearly below its group's mean without letting the penalty dwarf the writing differences
+    # between compliant rollouts (those are untouched by delta; only the mean moves).
+    gamma: float = 0.1
+    linear_a: float = 1.0
+    linear_b: float = 1.0
+    verifier: str = "auto"  # auto | program | llm | both (per-constraint "verify" wins)
+    reward_model: str = ""  # rlmr.writing="reward_model": a *ForSequenceClassification checkpoint directory
+    reward_model_batch: int = 8
+
+    def __post_init__(self):
+        if self.writing not in WRITING:
+            raise ValueError(f"rlmr.writing must be one of {WRITING}, got {self.writing!r}")
+        if self.mix not in MIXES:
+            raise ValueError(f"rlmr.mix must be one of {MIXES}, got {self.mix!r}")
+        if self.gamma <= 0 and self.mix == "penalty":
+            raise ValueError(f"rlmr.gamma must be > 0 (the margin that makes violators' advantages negative), "
+                             f"got {self.gamma}")
+        if self.writing == "reward_model" and not self.reward_model:
+            raise ValueError("rlmr.writing='reward_model' needs rlmr.reward_model (a checkpoint directory)")
+
+
+@dataclasses.dataclass
+class RlmrRuntime:
+    cfg: RlmrConfig
+    verifier: ConstraintVerifier
+    constraints: dict[str, tuple[Constraint, ...]]  # by record id
+    reward_model: Any = None  # (RewardModel, tokenizer) for writing="reward_model"
+
+
+def build(config, judge, records) -> RlmrRuntime:
+    """Parses every record's constraints now, so a bad one stops the run before training, naming the record."""
+    cfg = RlmrConfig(**config.rlmr.to_dict())
+    verifier = ConstraintVerifier(judge, cfg.verifier)
+    constraints = {}
+    for r in records:
+        cs = parse_constraints(r.constraints, where=f"record {r.id!r}")
+        verifier.methods(cs)  # a kind the configured verifier cannot check fails here
+        constraints[r.id] = cs
+    with_c = sum(1 for cs in constraints.values() if cs)
+    if not with_c:
+        raise ValueError("reward.judging='rlmr' but no training record has constraints (the bundled "
+                         "creative_writing set has them on about half its prompts)")
+    log.info("rlmr: %d of %d records carry constraints", with_c, len(records))
+    rm = None
+    if cfg.writing == "reward_model":
+        from rubric_jax.models.reward_model import load_reward_model
+
+        rm = load_reward_model(cfg.reward_model)
+    return RlmrRuntime(cfg, verifier, constraints, rm)
+
+
+def group_keys(key, group_ids: Sequence[int]):
+    return [jax.random.fold_in(key, int(i)) for i in group_ids]
+
+
+def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], responses: Sequence[Sequence[str]],
+            flip: float, key, group_ids: Sequence[int]) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
+    """(r_bg, rows, drop_b) for this process' groups.
+
+    writing_fn(prompts, responses) -> (r_bg, judge rows) gives the judge's writing reward (writing =
+    absolute | pairwise); the reward model is run here. rows["rlmr"] holds per-group arrays for
+    `rlmr_metrics`; drop_b marks the groups RLMR drops (every rollout violates, penalty mix only).
+    """
+    cfg = rt.cfg
+    if cfg.writing == "reward_model":
+        from rubric_jax.models.reward_model import score_texts
+
+        model, tok = rt.reward_model
+        flat_p = [p for p, rs in zip(prompts, responses) for _ in rs]
+        flat_r = [x for rs in responses for x in rs]
+        r_w = score_texts(model, tok, flat_p, flat_r, batch_size=cfg.reward_model_batch).reshape(len(prompts), -1)
+        rows: dict[str, Any] = {}
+    else:
+        r_w, judge_rows = writing_fn(prompts, responses)
+        rows = {"judge": judge_rows}
+    verdicts = rt.verifier.verify(prompts, responses, [rt.constraints[r.id] for r in records])
+    v_true = np.stack([v.violate for v in verdicts])
+    violate = v_true
+    if flip > 0:
+        violate = np.stack([np.asarray(R.flip_labels(k, jnp.asarray(v), flip))
+                            for k, v in zip(group_keys(key, group_ids), v_true)])
+    r_w = np.asarray(r_w, np.float32)
+    if cfg.mix == "penalty":
+        r_new, all_v = R.rlmr_penalty(jnp.asarray(r_w), jnp.asarray(violate), cfg.gamma)
+        delta = np.asarray(R.rlmr_delta(jnp.asarray(r_w), jnp.asarray(violate), cfg.gamma))
+        r_new, drop = np.asarray(r_new, np.float32), np.asarray(all_v, bool)
+    else:
+        r_new = np.asarray(R.linear_mix(jnp.asarray(r_w), 1.0 - jnp.asarray(violate, jnp.float32), cfg.linear_a,
+                                        cfg.linear_b), np.float32)
+        delta, drop = np.zeros(len(prompts), np.float32), np.zeros(len(prompts), bool)
+    passed, total = np.zeros((1, len(TYPES)), np.int64), np.zeros((1, len(TYPES)), np.int64)
+    for v in verdicts:
+        for ki, c in enumerate(v.constraints):
+            t = TYPES.index(c.family)
+            passed[0, t] += int(v.passes[:, ki].sum())
+            total[0, t] += v.passes.shape[0]
+    rows["rlmr"] = {"writing": r_w, "violate": violate, "violate_verifier": v_true,
+                    "has_constraints": np.asarray([bool(v.constraints) for v in verdicts]),
+                    "delta": np.asarray(delta, np.float32), "dropped": drop, "type_passed": passed,
+                    "type_total": total}
+    return r_new, rows, drop
+
+
+def rlmr_metrics(rows: dict[str, Any], cfg: RlmrConfig) -> dict[str, float]:
+    """rlmr/... figures of the groups in `rows` (one process' or pooled)."""
+    v, k_n = rows["violate"], rows["violate"].sum(axis=1)
+    n = v.shape[1]
+    active = (k_n > 0) & (k_n < n)
+    m = {"rlmr/writing_mean": float(rows["writing"].mean()), "rlmr/violate_frac": float(v.mean()),
+         "rlmr/violators_per_group": float(k_n.mean()), "rlmr/all_violate_groups": float((k_n == n).mean()),
+         "rlmr/no_violator_groups": float((k_n == 0).mean()),
+         "rlmr/constrained_groups": float(rows["has_constraints"].mean()),
+         "rlmr/delta_mean": float(rows["delta"][active].mean()) if active.any() else 0.0,
+         "rlmr/delta_max": float(rows["delta"].max(initial=0.0))}
+    if np.any(rows["violate"] != rows["violate_verifier"]):
+        m["rlmr/flipped_frac"] = float((rows["violate"] != rows["violate_verifier"]).mean())
+    passed, total = rows["type_passed"].sum(axis=0), rows["type_total"].sum(axis=0)
+    for t, (p, n_t) in enumerate(zip(passed, total)):
+        if n_t:
+            m[f"verifier_pass/{TYPES[t]}"] = float(p / n_t)
+    return m
+
+
+def violator_adv_max(adv_bg: np.ndarray, violate_bg: np.ndarray, weight_b: np.ndarray) -> float | None:
+    """The largest advantage any violator of a weighted group got (RLMR's guarantee: < 0 under the penalty
+    mix); None when no weighted group has a violator."""
+    mask = np.asarray(violate_bg, bool) & (np.asarray(weight_b)[:, None] > 0)
+    return float(np.asarray(adv_bg)[mask].max()) if mask.any() else None

@@ -1,0 +1,198 @@
+"""RLMR in training: the penalty's guarantee on random groups, the reward phase with real programmatic checks,
+dynamic sampling inside a real step (scripted rewards), and the RLMR configs on the embedded SmolLM2."""
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rubric_jax import rewards as R
+from rubric_jax.rl import rlmr_phase, trainer
+from rubric_jax.rl.dynamic import DynamicConfig
+from rubric_jax.rl.metrics import PhaseTimer, read_metrics
+from rubric_jax.rl.policy import Policy
+from rubric_jax.verifiers.constraints import parse_constraints
+from rubric_jax.verifiers.verifier import ConstraintVerifier
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(name, arg=None):
+    spec = importlib.util.spec_from_file_location(f"cfg_{name}", os.path.join(ROOT, "configs", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(arg)
+
+
+@st.composite
+def groups(draw):
+    n = draw(st.integers(2, 8))
+    r = np.asarray(draw(st.lists(st.floats(0, 1, width=32, allow_subnormal=False), min_size=n, max_size=n)), np.float32)
+    k = draw(st.integers(1, n - 1))
+    v = np.zeros(n, bool)
+    v[draw(st.permutations(range(n)))[:k]] = True
+    return r, v, draw(st.floats(0.01, 0.5))
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups())
+def test_every_violator_gets_a_negative_advantage(group):
+    """0 < k < n: after the penalty each violator's advantage is < 0 under grpo, dr_grpo and rloo, and the
+    compliant rollouts keep their rewards."""
+    r, v, gamma = group
+    r_new, all_v = R.rlmr_penalty(jnp.asarray(r), jnp.asarray(v), gamma)
+    assert not bool(all_v)
+    np.testing.assert_array_equal(np.asarray(r_new)[~v], r[~v])
+    for kind in ("grpo", "dr_grpo", "rloo"):
+        adv = np.asarray(R.advantages(jnp.asarray(r_new)[None], kind=kind))[0]
+        assert np.all(adv[v] < 0), (kind, r, v, gamma, adv)
+
+
+class _Rec:
+    def __init__(self, rid, constraints):
+        self.id, self.constraints = rid, constraints
+
+
+def _runtime(mix="penalty", **kw):
+    cfg = rlmr_phase.RlmrConfig(mix=mix, **kw)
+    recs = [_Rec("a", [{"type": "no_commas"}]), _Rec("b", [{"type": "no_commas"}]), _Rec("c", [])]
+    cons = {r.id: parse_constraints(r.constraints) for r in recs}
+    return rlmr_phase.RlmrRuntime(cfg, ConstraintVerifier(None, "auto"), cons), recs
+
+
+RESPONSES = [["no comma here", "a, b", "fine text"],  # one violator
+             ["x, y", "p, q", "m, n"],  # all violate: dropped
+             ["u, v", "w", "z"]]  # no constraints: nobody violates
+WRITING = np.asarray([[0.2, 0.9, 0.5], [0.1, 0.4, 0.7], [0.3, 0.6, 0.9]], np.float32)
+
+
+def test_reward_phase_with_real_programs():
+    rt, recs = _runtime(gamma=0.1)
+    writing = lambda p, r: (WRITING, {"per_c": np.zeros((3, 3, 1)), "health": [{}] * 3})
+    r, rows, drop = rlmr_phase.rewards(rt, writing, recs, ["p"] * 3, RESPONSES, 0.0, jax.random.key(0), [0, 1, 2])
+    # group 0: n = 3, k = 1, r_vio_max = 0.9, sum = 1.6: delta = (2.7 + 0.3 - 1.6) / 2 = 0.7
+    np.testing.assert_allclose(r[0], [0.2, 0.2, 0.5], atol=1e-6)
+    np.testing.assert_allclose(r[1:], WRITING[1:])
+    np.testing.assert_array_equal(drop, [False, True, False])
+    m = rlmr_phase.rlmr_metrics(rows["rlmr"], rt.cfg)
+    assert m["rlmr/violators_per_group"] == pytest.approx(4 / 3) and m["rlmr/all_violate_groups"] == pytest.approx(1 / 3)
+    assert m["rlmr/delta_mean"] == pytest.approx(0.7) and m["verifier_pass/no_commas"] == pytest.approx(2 / 6)
+    assert m["rlmr/constrained_groups"] == pytest.approx(2 / 3) and "rlmr/flipped_frac" not in m
+    # flip probability 1 inverts every flag: the unconstrained group now has three "violators" (dropped)
+    r, rows, drop = rlmr_phase.rewards(rt, writing, recs, ["p"] * 3, RESPONSES, 1.0, jax.random.key(0), [0, 1, 2])
+    np.testing.assert_array_equal(rows["rlmr"]["violate"], ~rows["rlmr"]["violate_verifier"])
+    np.testing.assert_array_equal(drop, [False, False, True])
+    assert rlmr_phase.rlmr_metrics(rows["rlmr"], rt.cfg)["rlmr/flipped_frac"] == 1.0
+
+
+def test_linear_mix_and_its_baselines():
+    for (a, b) in ((1.0, 1.0), (1.0, 0.0), (0.0, 1.0)):
+        rt, recs = _runtime("linear", linear_a=a, linear_b=b)
+        writing = lambda p, r: (WRITING, {"per_c": np.zeros((3, 3, 1)), "health": [{}] * 3})
+        r, rows, drop = rlmr_phase.rewards(rt, writing, recs, ["p"] * 3, RESPONSES, 0.0, jax.random.key(0), [0, 1, 2])
+        passes = 1.0 - rows["rlmr"]["violate"]
+        np.testing.assert_allclose(r, a * WRITING + b * passes, atol=1e-6)
+        assert not drop.any()
+
+
+# ---- dynamic sampling in a real step ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_qwen3, tmp_path_factory):
+    data = tmp_path_factory.mktemp("rlmr") / "prompts.jsonl"
+    data.write_text("".join(json.dumps({"id": f"p{i}", "prompt": f"Write line {i} without commas.",
+                                        "constraints": [{"type": "no_commas"}]}) + "\n" for i in range(8)))
+    c = load_config("writing_only", "tiny")
+    c.unlock()
+    c.model, c.data.path, c.max_completion_len, c.tensorboard = tiny_qwen3[0], str(data), 8, False
+    c.data.seed = 0
+    return trainer.build(c)
+
+
+def _scripted(odd_only=True):
+    """Writing rewards by group id: odd ids [0.2, 0.8] (spread), even ids [0.5, 0.5] (none); all zero if not
+    odd_only."""
+    def judge_step(setup, records, prompts, responses, weights, step, group_ids):
+        r = np.asarray([[0.2, 0.8] if (gid % 2 and odd_only) else [0.5, 0.5] for gid in group_ids], np.float32)
+        return r, {"per_c": np.zeros((len(records), 2, len(setup.criteria)), np.float32), "health": [{}] * len(records)}
+    return judge_step
+
+
+def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
+    seen = []
+    monkeypatch.setattr(Policy, "update", lambda self, batch, key: seen.append(batch) or {"loss": 0.0})
+    monkeypatch.setattr(trainer, "_judge_step", _scripted())
+    # refill: batch 0 has groups 0, 1 (only 1 kept); one extra batch brings group 3: full, nothing padded
+    setup.dynamic = DynamicConfig(enabled=True, oversample=1, max_rounds=2)
+    m = trainer.train_step(setup, 0, jax.random.key(1), PhaseTimer())
+    assert m["dynamic/extra_rounds"] == 1 and m["dynamic/kept_frac"] == 0.5 and m["dynamic/padded_groups"] == 0
+    (batch,) = seen
+    np.testing.assert_allclose(batch.adv_b, [-1, 1, -1, 1], atol=1e-4)  # grpo of [0.2, 0.8] in both kept groups
+    assert batch.completion_mask_bt.any(axis=1).all()
+    # the bound: no extra round allowed -> the missing group is padded at zero weight
+    seen.clear()
+    setup.dynamic = DynamicConfig(enabled=True, oversample=1, max_rounds=0)
+    m = trainer.train_step(setup, 1, jax.random.key(2), PhaseTimer())
+    assert m["dynamic/padded_groups"] == 1 and m["dynamic/batch_fill"] == 0.5
+    (batch,) = seen
+    np.testing.assert_allclose(batch.adv_b, [-1, 1, 0, 0], atol=1e-4)
+    assert batch.completion_mask_bt[:2].any(axis=1).all() and not batch.completion_mask_bt[2:].any()
+    # nothing ever kept: the bound stops after max_rounds extra batches and the update is skipped entirely
+    seen.clear()
+    monkeypatch.setattr(trainer, "_judge_step", _scripted(odd_only=False))
+    setup.dynamic = DynamicConfig(enabled=True, oversample=1, max_rounds=2)
+    m = trainer.train_step(setup, 2, jax.random.key(3), PhaseTimer())
+    assert seen == [] and m["dynamic/empty_update"] == 1.0
+    assert m["dynamic/extra_rounds"] == 2 and m["dynamic/sampled_groups"] == 6 and m["dynamic/kept_frac"] == 0.0
+    # oversampling: two batches up front
+    monkeypatch.setattr(trainer, "_judge_step", _scripted())
+    setup.dynamic = DynamicConfig(enabled=True, oversample=2, max_rounds=0)
+    m = trainer.train_step(setup, 3, jax.random.key(4), PhaseTimer())
+    assert m["dynamic/sampled_groups"] == 4 and m["dynamic/extra_rounds"] == 0 and m["dynamic/padded_groups"] == 0
+
+
+# ---- the configs on the embedded model ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_rlmr_tiny_runs_from_the_readme_command(tmp_path):
+    """`python -m rubric_jax.main --config=configs/rlmr.py:tiny`: two steps on SmolLM2 with the real verifier
+    (programs and the LLM), dynamic sampling logged, and every violator of a kept group below zero advantage."""
+    wd = str(tmp_path / "rlmr")
+    subprocess.run([sys.executable, "-m", "rubric_jax.main", "--config=configs/rlmr.py:tiny", f"--workdir={wd}"],
+                   cwd=ROOT, check=True, timeout=1500)
+    hist = read_metrics(wd)
+    assert [m["step"] for m in hist] == [0, 1]
+    for m in hist:
+        assert 0.0 <= m["dynamic/kept_frac"] <= 1.0 and m["dynamic/sampled_groups"] >= 2
+        assert any(k.startswith("verifier_pass/") for k in m)
+        assert m.get("rlmr/violator_adv_max", -1.0) < 0.0
+        assert 0.0 <= m["rlmr/violate_frac"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["writing_only", "verifier_only", "rlmr_linear", "rlmr_noisy"])
+def test_rlmr_baselines_run_two_steps_on_the_embedded_model(name, tmp_path):
+    c = load_config(name, "tiny")
+    c.unlock()
+    c.tensorboard = False
+    c.compilation_cache_dir = str(tmp_path.parent / "rlmr_jax_cache")  # the four runs share compiled programs
+    hist = trainer.train(c, str(tmp_path))
+    assert [m["step"] for m in hist] == [0, 1]
+    for m in hist:  # reward/mean and the rlmr/ means are over the same sampled rollouts
+        writing, passes = m["rlmr/writing_mean"], 1.0 - m["rlmr/violate_frac"]
+        want = {"writing_only": writing, "verifier_only": passes, "rlmr_linear": writing + passes}.get(name)
+        if want is not None:
+            assert m["reward/mean"] == pytest.approx(want, abs=1e-5)
+        else:
+            assert c.reward.verifier_flip == 0.1 and 0.0 < m.get("rlmr/flipped_frac", 0.5) <= 1.0
+    assert dataclasses.is_dataclass(rlmr_phase.RlmrConfig(**c.rlmr.to_dict()))

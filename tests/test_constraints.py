@@ -157,3 +157,22 @@ def test_verifier_without_a_judge_refuses_llm_constraints():
     with pytest.raises(ValueError, match="no judge"):
         ConstraintVerifier(judge=None).verify(["p"], [["a"]], [cs])
     assert isinstance(cs[0], Constraint) and not cs[0].programmatic
+
+
+def test_an_ifeval_file_loads_as_training_records(tmp_path):
+    """Official IFEval lines load as they are: id from key, one constraint per instruction, null kwargs dropped;
+    bad lines are named."""
+    from rubric_jax.data import DataError
+
+    f = tmp_path / "ifeval.jsonl"
+    f.write_text('{"key": 7, "prompt": "Write a poem.", "instruction_id_list": ["punctuation:no_comma", '
+                 '"length_constraints:number_words"], "kwargs": [{}, {"num_words": 50, "relation": "less than", '
+                 '"keyword": null}]}\n')
+    (rec,) = load_jsonl(str(f))
+    assert rec.id == "7" and [c["type"] for c in rec.constraints] == ["punctuation:no_comma",
+                                                                       "length_constraints:number_words"]
+    cs = parse_constraints(rec.constraints, where=rec.id)
+    assert check_program(cs[1], "short one") and not check_program(cs[0], "a, b")
+    f.write_text('{"key": 1, "prompt": "x", "instruction_id_list": ["punctuation:no_comma"], "kwargs": []}\n')
+    with pytest.raises(DataError, match="ifeval.jsonl:1: \"kwargs\" must be a list of 1 objects"):
+        load_jsonl(str(f))

@@ -24,6 +24,12 @@ One JSON object per line; blank lines are skipped. Keys:
                    {"type": "starts_with", "text": "..."}             the response begins with this text
                    {"type": "ends_with", "text": "..."}               the response ends with this text
 
+                 and may also use any IFEval instruction, ``{"type": "<instruction id>", <its kwargs>}`` (e.g.
+                 ``{"type": "length_constraints:number_words", "num_words": 120, "relation": "less than"}``),
+                 or a free-text ``{"type": "fuzzy", "text": "Keep a melancholy tone."}``. Optional on any:
+                 ``"text"`` (the sentence the LLM verifier reads), ``"verify"`` (``program`` | ``llm`` |
+                 ``both``). They are checked in full when an RLMR run starts (`rubric_jax.verifiers.constraints`).
+
 ``system``       string: a system message to put before the prompt.
 ``meta``         object: free-form extra information (form, genre, category, ...); never read by training.
 

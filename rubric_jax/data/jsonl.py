@@ -10,6 +10,7 @@ from typing import Any
 
 BUNDLED = ("creative_writing", "health", "scripts", "scripts_test")
 _KEYS = ("id", "prompt", "task", "rubric", "constraints", "system", "meta")
+_IFEVAL_KEYS = ("key", "instruction_id_list", "kwargs")  # an official IFEval line loads as it is
 
 
 class DataError(ValueError):
@@ -71,6 +72,8 @@ def parse_record(obj: Any, where: str, default_id: str) -> PromptRecord:
     """Validate one decoded JSON value and build its record; `where` prefixes error messages."""
     if not isinstance(obj, dict):
         _fail(where, f"expected a JSON object, got {type(obj).__name__}")
+    if "instruction_id_list" in obj:
+        obj = _from_ifeval(obj, where)
     unknown = sorted(set(obj) - set(_KEYS))
     if unknown:
         _fail(where, f"unknown key(s) {unknown}; allowed keys are {list(_KEYS)}")
@@ -125,6 +128,23 @@ def parse_record(obj: Any, where: str, default_id: str) -> PromptRecord:
 
     return PromptRecord(id=rid, prompt=prompt, task=task, rubric=rubric,
                         constraints=constraints, system=system, meta=dict(meta))
+
+
+def _from_ifeval(obj: dict, where: str) -> dict:
+    """An IFEval line ({"key", "prompt", "instruction_id_list", "kwargs"}) as a record: id = str(key), one
+    constraint {"type": <instruction id>, <its kwargs without nulls>} per instruction (checked when a run
+    verifies them)."""
+    ids, kwargs = obj.get("instruction_id_list"), obj.get("kwargs", [{}] * len(obj.get("instruction_id_list") or []))
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        _fail(where, '"instruction_id_list" must be a list of strings')
+    if not isinstance(kwargs, list) or len(kwargs) != len(ids) or not all(isinstance(k, dict) for k in kwargs):
+        _fail(where, f'"kwargs" must be a list of {len(ids)} objects, one per instruction id')
+    out = {k: v for k, v in obj.items() if k not in _IFEVAL_KEYS}
+    if "key" in obj and "id" not in obj:
+        out["id"] = str(obj["key"])
+    out["constraints"] = list(obj.get("constraints") or []) + [
+        {"type": i, **{k: v for k, v in kw.items() if v is not None}} for i, kw in zip(ids, kwargs)]
+    return out
 
 
 def parse_jsonl(text: str, source: str = "<string>") -> list[PromptRecord]:

@@ -1,7 +1,8 @@
-"""Rule-based verifiers: deterministic pass/fail checks of a response.
+"""Constraint verifiers: pass/fail checks of a response, the hard-constraint half of RLMR's reward.
 
-``ifeval`` holds IFEval's 25 instruction checkers (strict and loose), the
-hard-constraint half of RLMR's reward.
+``ifeval`` holds IFEval's 25 instruction checkers (strict and loose); ``constraints`` parses a prompt's
+constraints, describes each in a sentence and checks the countable ones by program; ``verifier`` combines
+programs with the LLM verifier (``rubric_jax.judge.verify``) into one flag per rollout.
 """
 
 from rubric_jax.verifiers.ifeval import (

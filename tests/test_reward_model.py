@@ -276,3 +276,29 @@ def test_load_on_a_one_device_mesh_matches(qwen_rm):
         got = score_texts(rm_m, tok, PROMPTS[:2], RESPONSES[:2], batch_size=2)
     np.testing.assert_allclose(got, score_texts(rm, tok, PROMPTS[:2], RESPONSES[:2], batch_size=2), rtol=0, atol=1e-5)
 
+
+
+def test_rlmr_writing_reward_from_a_reward_model(qwen_rm):
+    """rlmr.writing='reward_model': each rollout's writing reward is the model's score of (prompt, response),
+    then the group penalty applies to the violators (here: responses with a comma)."""
+    import jax
+
+    from rubric_jax.rl import rlmr_phase
+    from rubric_jax.verifiers.constraints import parse_constraints
+    from rubric_jax.verifiers.verifier import ConstraintVerifier
+
+    _, _, rm, tok = qwen_rm
+    cfg = rlmr_phase.RlmrConfig(writing="reward_model", reward_model="unused: loaded above", gamma=0.1)
+    rt = rlmr_phase.RlmrRuntime(cfg, ConstraintVerifier(None), {"a": parse_constraints([{"type": "no_commas"}])},
+                                reward_model=(rm, tok))
+
+    class Rec:
+        id = "a"
+
+    responses = [["one, two", "three four", "five six seven"]]
+    r, rows, drop = rlmr_phase.rewards(rt, None, [Rec()], ["Count."], responses, 0.0, jax.random.key(0), [0])
+    want = score_texts(rm, tok, ["Count."] * 3, responses[0])
+    np.testing.assert_allclose(rows["rlmr"]["writing"][0], want, rtol=1e-6)
+    v = np.array([True, False, False])
+    np.testing.assert_allclose(r[0][~v], want[~v], rtol=1e-6)
+    assert r[0][0] <= np.mean(r[0]) - 0.1 + 1e-5 and not drop[0] and "judge" not in rows

@@ -153,10 +153,19 @@ def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
     m = trainer.train_step(setup, 2, jax.random.key(3), PhaseTimer())
     assert seen == [] and m["dynamic/empty_update"] == 1.0
     assert m["dynamic/extra_rounds"] == 2 and m["dynamic/sampled_groups"] == 6 and m["dynamic/kept_frac"] == 0.0
+    # agreement across processes: this process has its 2 groups after one extra batch, but another process
+    # reports none kept, so every process keeps sampling to the bound (the same number of batches everywhere)
+    monkeypatch.setattr(trainer, "_judge_step", _scripted())
+    monkeypatch.setattr(setup.hosts, "gather", lambda obj: [obj, 0] if isinstance(obj, int) else [obj])
+    setup.dynamic = DynamicConfig(enabled=True, oversample=1, max_rounds=2)
+    m = trainer.train_step(setup, 3, jax.random.key(5), PhaseTimer())
+    assert m["dynamic/extra_rounds"] == 2 and m["dynamic/padded_groups"] == 0
+    monkeypatch.undo()
+    monkeypatch.setattr(Policy, "update", lambda self, batch, key: {"loss": 0.0})
     # oversampling: two batches up front
     monkeypatch.setattr(trainer, "_judge_step", _scripted())
     setup.dynamic = DynamicConfig(enabled=True, oversample=2, max_rounds=0)
-    m = trainer.train_step(setup, 3, jax.random.key(4), PhaseTimer())
+    m = trainer.train_step(setup, 4, jax.random.key(4), PhaseTimer())
     assert m["dynamic/sampled_groups"] == 4 and m["dynamic/extra_rounds"] == 0 and m["dynamic/padded_groups"] == 0
 
 

@@ -385,10 +385,7 @@ def generate_and_score(args) -> dict:
     cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
     settings = GenSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p)
-    members = load_contestants(contestants, cache_dir)
-    for name, ms in members.items():
-        for m in ms:
-            print(f"model {name}: {m.describe()}", flush=True)
+    members = load_contestants(contestants, cache_dir, announce=True)
     prompts = [ex.prompt for ex in inputs]
     models: dict[str, dict] = {}
     for name, ms in members.items():

@@ -380,8 +380,10 @@ def apply_peft_adapter(model, adapter_dir: str):
     return model
 
 
-def load_contestants(contestants: list[Contestant], cache_dir: str | None = None) -> dict[str, list[LoadedMember]]:
-    """name -> its members as LoadedMember (shuffled members share the underlying member object)."""
+def load_contestants(contestants: list[Contestant], cache_dir: str | None = None, *,
+                     announce: bool = False) -> dict[str, list[LoadedMember]]:
+    """name -> its members as LoadedMember (shuffled members share the underlying member object); announce:
+    print one line per member saying what was loaded (the CLIs do, so a wrong path shows before long work)."""
     plain: dict[MemberSpec, LoadedMember] = {}
     out = {}
     for c in contestants:
@@ -392,6 +394,9 @@ def load_contestants(contestants: list[Contestant], cache_dir: str | None = None
                 plain[key] = LoadedMember(key, cache_dir)
             ms.append(ShuffledMember(plain[key]) if m.shuffled else plain[key])
         out[c.name] = ms
+        if announce:
+            for m in ms:
+                print(f"model {c.name}: {m.describe()}", flush=True)
     return out
 
 

@@ -99,10 +99,7 @@ def run(args) -> dict:
     prompts = [r["prompt"] for r in recs]
     settings = GenSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                            top_p=args.top_p)
-    members = load_contestants(contestants, cache_dir)
-    for name, ms in members.items():
-        for m in ms:
-            print(f"model {name}: {m.describe()}", flush=True)
+    members = load_contestants(contestants, cache_dir, announce=True)
 
     answers: dict[str, list[list[str]]] = {}
     for name, ms in members.items():

@@ -17,9 +17,6 @@ failing items; per mode, the verifier's label_bias and order_agreement):
                     and half broken, labelled by `check_program`. The LLM reads the kind's sentence
                     (`Constraint.text`), as it does under `reward.verifier=llm` or "both": how much worse than
                     the program it is tells whether routing these kinds to the LLM is ever sensible.
-                    (`parse_constraint` makes a record's "text" both the argument and the sentence, so for
-                    starts_with / ends_with the LLM reads the bare text, e.g. "shut", not "The response must
-                    end with ...": the study measures what training feeds the verifier, that included.)
 
     python -m evals.verifier_study --out=/tmp/verifier_study [--model=smollm2-135m-instruct]
         [--modes=logit,hard] [--limit=N] [--seed=0]

@@ -71,6 +71,9 @@ def test_descriptions_state_the_constraint():
         "Tell it as memory."
     assert parse_constraint({"type": "fuzzy", "text": "Keep a melancholy tone."}).text == "Keep a melancholy tone."
     assert describe("no_commas", {}) == "The response must not contain a single comma."
+    # for openings and endings "text" is the argument: the verifier still reads a sentence about it
+    assert parse_constraint({"type": "ends_with", "text": "yet"}).text == 'The response must end with exactly this text: "yet"'
+
 
 
 @pytest.mark.parametrize("obj,match", [

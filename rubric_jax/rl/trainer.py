@@ -179,7 +179,8 @@ def build(config) -> Setup:
     rare = store = rlmr = writing_cfg = None
     if reward_cfg.judging == "rlmr":
         rlmr = rlmr_phase.build(config, judge, dataset.records)
-        writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute")
+        writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute",
+                                          verifier_flip=0.0)  # the writing judge's settings; flips are RLMR's
     if reward_cfg.judging == "rare":
         rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records)
     elif per_prompt:

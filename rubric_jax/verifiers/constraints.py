@@ -135,7 +135,9 @@ def parse_constraint(obj: Mapping[str, Any], *, where: str = "") -> Constraint:
     if text is not None and (not isinstance(text, str) or not text.strip()):
         raise ConstraintError("'text' must be a non-empty string", where=where, instruction_id=kind)
     frozen = tuple(sorted((k, _freeze(v)) for k, v in args.items()))
-    return Constraint(kind, frozen, text.strip() if text else describe(kind, args), verify, loose)
+    # for starts_with / ends_with "text" is the argument, not a sentence: the sentence is always written for them
+    own = text.strip() if text and kind not in ("starts_with", "ends_with") else None
+    return Constraint(kind, frozen, own or describe(kind, args), verify, loose)
 
 
 def _check_args(kind: str, args: dict, where: str) -> None:

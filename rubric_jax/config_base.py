@@ -172,6 +172,7 @@ def rlmr_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """:tiny for RLMR: a few more tokens per completion, so starts_with / must_include have text to act on."""
     c.max_completion_len = 24
     c.judge.max_response_tokens = 32
+    c.dynamic.max_rounds = 1  # one refill batch at most: the CPU smoke run stays short
     return c
 
 

@@ -4,7 +4,11 @@ hidden states, standardised within the group.
   python -m rubric_jax.main --config=configs/rcrl_exploration.py --workdir=/tmp/rcrl_exploration --config.model=/ckpt/Qwen3-4B
   python -m rubric_jax.main --config=configs/rcrl_exploration.py:tiny --workdir=/tmp/rcrl_exploration_tiny     # CPU smoke run
 
-Expect bonus/exploration near sqrt(d / (G + lambda)) and slightly higher policy_entropy than rcrl.py.
+The projection to d = 64 dimensions is drawn once per run from config.seed and kept in the checkpoint, so
+bonuses of different steps live in one space. Expect bonus/exploration just under 1: with d > G the G
+projected states are linearly independent, each rollout's leverage is close to 1 (the lambda = 1 ridge only
+shaves it), so the raw bonus differs little between rollouts and what reaches the reward is its in-group
+standardisation (times 0.1). policy_entropy should run slightly higher than rcrl.py's.
 """
 
 from rubric_jax.config_base import base_config, finalize

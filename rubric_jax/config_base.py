@@ -2,8 +2,19 @@
 
 Defaults are the RcRL paper's (Table 6 of "Rubric Curriculum RL: Exploiting the Generation-Verification Gap
 in Non-Verifiable Domains"; see docs/method.md): Qwen3-4B-sized LoRA r=32 alpha=32 dropout 0.05 on all
-projections, lr 5e-6 cosine with 50 warmup steps, 8 prompts x G=8, prompt <= 768 and completion <= 1024
-tokens, top-p 0.8, top-k 20, Dr. GRPO loss, 1300 steps, no KL, one criterion added every 100 steps.
+projections, lr 5e-6 cosine with 50 warmup steps, prompt <= 768 and completion <= 1024 tokens, top-p 0.8,
+top-k 20, temperature 0.7, Dr. GRPO loss, 1300 steps, no KL, one criterion added every 100 steps.
+
+The batch: Table 6 gives per-device batch 2, gradient accumulation 4, effective batch 8 and 8 rollouts. The
+paper trains with TRL's GRPOTrainer, where those batch sizes count completions, so one optimizer step sees
+8 completions = 1 prompt x G=8: `prompts_per_step=1`, `loss.micro_batch_size=2` (4 accumulated
+micro-batches; accumulation is exact, rubric_jax.rl.policy). 1300 steps then pass about 6.5 times over the
+200 training prompts. The other reading, 8 prompts x 8 rollouts per step, is
+`--config.prompts_per_step=8 --config.loss.micro_batch_size=8`. Runs over several processes need
+prompts_per_step to be a multiple of the process count (each process samples whole prompts).
+
+The temperature: top-p 0.8 and top-k 20 are Qwen3's recommended non-thinking sampling settings, which pair
+them with temperature 0.7; Table 6 does not list a temperature and TRL's default would be 1.0.
 `tiny_overrides` shrinks any of them to a CPU smoke run on the embedded SmolLM2.
 """
 
@@ -28,7 +39,7 @@ def base_config() -> ml_collections.ConfigDict:
                                                attention_chunk=512))
     c.seed = 0
     c.steps = 1300
-    c.prompts_per_step = 8
+    c.prompts_per_step = 1  # Table 6 counts completions: 1 prompt x G=8 per optimizer step (module docstring)
     c.group_size = 8  # G
     c.max_prompt_len = 768
     c.max_completion_len = 1024
@@ -40,7 +51,7 @@ def base_config() -> ml_collections.ConfigDict:
     # set, as the RARE paper trains one run per production style
     # with_constraints: train only on records that carry constraints (RLMR)
     c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0, task="", with_constraints=False))
-    c.sampling = ml_collections.ConfigDict(dict(temperature=1.0, top_k=20, top_p=0.8, min_p=0.0))
+    c.sampling = ml_collections.ConfigDict(dict(temperature=0.7, top_k=20, top_p=0.8, min_p=0.0))
     c.lora = ml_collections.ConfigDict(dict(rank=32, alpha=32.0, dropout=0.05, targets=list(ALL_TARGETS)))
     # What the update trains: "lora" (adapters on the frozen base; the KL reference is the base) or "full"
     # (every weight; the reference and the judge are a frozen copy of the starting weights, and checkpoints
@@ -53,7 +64,7 @@ def base_config() -> ml_collections.ConfigDict:
         aggregation="dr_grpo",  # token_mean | seq_mean | dr_grpo
         eps_low=0.2, eps_high=0.2, dual_clip=0.0,  # 0 disables the dual clip
         kl_coef=0.0, kl_kind="k3",
-        num_iterations=1, micro_batch_size=8, max_bad_steps=5))
+        num_iterations=1, micro_batch_size=2, max_bad_steps=5))  # 8 completions = 4 x 2
     c.judge = ml_collections.ConfigDict(dict(mode="logit", pairing="all", max_response_tokens=1024))
     c.reward = ml_collections.ConfigDict(dict(
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
@@ -132,6 +143,8 @@ def rare_overrides(c: ml_collections.ConfigDict, *, level: str, source: str) -> 
     c.rare.level = level
     c.prompts_per_step = 32
     c.group_size = 8
+    c.loss.micro_batch_size = 8
+    c.sampling.temperature = 1.0  # the RARE paper samples its scripts at temperature 1.0
     c.max_prompt_len = 1024
     c.max_completion_len = 2048
     c.judge.max_response_tokens = 2048
@@ -164,6 +177,9 @@ def rlmr_overrides(c: ml_collections.ConfigDict, *, mix: str = "penalty", a: flo
     c.loss.aggregation = "token_mean"
     c.dynamic.enabled = True
     c.dynamic.max_rounds = 2
+    c.prompts_per_step = 8  # several groups per step, so dynamic sampling has groups to choose between
+    c.loss.micro_batch_size = 8
+    c.sampling.temperature = 1.0  # the RLMR paper gives no temperature: GRPO's usual 1.0
     c.steps = 500
     return c
 

@@ -127,7 +127,7 @@ def test_every_table3_row_has_a_locked_config_with_a_tiny_variant():
         assert f"--config=configs/{name}.py" in doc  # the launch command is documented
     rcrl = load_config("rcrl")
     assert (rcrl.lora.rank, rcrl.lora.alpha, rcrl.lora.dropout) == (32, 32.0, 0.05)
-    assert (rcrl.optim.lr, rcrl.optim.warmup_steps, rcrl.prompts_per_step, rcrl.group_size) == (5e-6, 50, 8, 8)
+    assert (rcrl.optim.lr, rcrl.optim.warmup_steps, rcrl.group_size, rcrl.sampling.temperature) == (5e-6, 50, 8, 0.7)
     assert (rcrl.sampling.top_p, rcrl.sampling.top_k, rcrl.loss.aggregation, rcrl.steps) == (0.8, 20, "dr_grpo", 1300)
     assert load_config("health_rcrl").reward.interval == 50
 
@@ -242,12 +242,17 @@ def test_main_trains_the_embedded_model_and_resumes(tmp_path):
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "step 1/2" in p.stdout  # progress counts steps from 0
+    # the start says what runs where and how much work a step is, before the first step's line
+    assert p.stdout.index("backend cpu") < p.stdout.index("step 1/2")
+    assert "model smollm2-135m-instruct: 134.5M parameters" in p.stdout
+    assert "2 prompt(s) x 2 rollouts = 4 completions" in p.stdout and "resumed" not in p.stdout
     assert [m["step"] for m in read_metrics(wd)] == [0, 1]
     assert Checkpointer(wd).latest_step() == 2
     assert glob.glob(os.path.join(wd, "tb", "events.out.tfevents.*"))
     assert os.listdir(cache)
     p = subprocess.run(cmd + ["--config.steps=3"], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
+    assert "resumed from step 2" in p.stdout  # at the default verbosity, not only in the logs
     m = read_metrics(wd)
     assert [r["step"] for r in m] == [0, 1, 2]
     assert Checkpointer(wd).latest_step() == 3

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rubric_jax import progress
 from rubric_jax.judge import forward
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest, digest
 from rubric_jax.judge.common import (MODES, SHARING, JudgeConfig, JudgeStats, PairwiseResult,  # noqa: F401
@@ -213,6 +214,8 @@ class Judge:
         ids_arr = jnp.asarray(ids, jnp.int32)
         pad = self.tokenizer.pad_id
         results = {}
+        total = sum(len(j.out) for j in jobs)
+        progress.report("judge", 0, total, "verdicts")
         for start in range(0, len(head_list), hn):
             chunk = head_list[start:start + hn]
             htok = np.full((hn, t1), pad, np.int32)
@@ -256,6 +259,7 @@ class Judge:
             vl, lse = np.asarray(vl), np.asarray(lse)
             for hi, ui, k, key in slots:
                 results[key] = (vl[hi, ui, k], lse[hi, ui, k])
+            progress.report("judge", len(results), total, "verdicts")
         return results
 
     def _run_full(self, jobs: list[_Job], suffixes: list[tuple[int, ...]], ids: list[int]):
@@ -286,6 +290,7 @@ class Judge:
             vl, lse = np.asarray(vl), np.asarray(lse)
             for i, (_, key) in enumerate(chunk):
                 results[key] = (vl[i], lse[i])
+            progress.report("judge", len(results), len(seqs), "verdicts")
         return results
 
     def _run_generate(self, seqs: list[tuple[int, ...]], seed: int = 0) -> list[str]:
@@ -312,6 +317,7 @@ class Judge:
                 n = int(lens[i])
                 self.stats.generated_tokens += n
                 texts.append(self.tokenizer.decode(toks[i, :n].tolist()))
+            progress.report("judge", len(texts), len(seqs), "generated verdicts")
         return texts
 
     # ---- tokenization shared by both kinds ---------------------------------------------------

@@ -7,6 +7,7 @@ model's parameters in one place that checks every name and shape. No pickle, no 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -176,13 +177,34 @@ def load_safetensors_model(ckpt_dir: str, *, dtype=jnp.float32, shardings=None) 
     location = {}
     for path in _safetensors_files(ckpt_dir):
         # The flax framework keeps bf16 tensors as bf16 (numpy has no bf16).
-        h = safe_open(path, framework="flax")
-        handles[path] = h
-        for k in h.keys():
-            location[k] = path
-    model = assign_hf_tensors(cfg, lambda n: handles[location[n]].get_tensor(n), location.keys(),
-                              dtype=dtype, shardings=shardings)
-    return model
+        with _naming(path, "safetensors"):
+            h = safe_open(path, framework="flax")
+            handles[path] = h
+            for k in h.keys():
+                location[k] = path
+
+    def get(name):
+        with _naming(location[name], "safetensors"):
+            return handles[location[name]].get_tensor(name)
+
+    return assign_hf_tensors(cfg, get, location.keys(), dtype=dtype, shardings=shardings)
+
+
+class CheckpointFileError(ValueError):
+    """A checkpoint file that cannot be read (truncated download, corrupt bytes); names the file."""
+
+
+@contextlib.contextmanager
+def _naming(path: str, kind: str):
+    """Re-raises a reader's error (whose message rarely names the file) with the file's path and size."""
+    try:
+        yield
+    except CheckpointFileError:
+        raise
+    except Exception as e:  # safetensors / gguf / numpy each raise their own types for broken files
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        raise CheckpointFileError(f"{path} ({size} bytes) is not a readable {kind} file; it may be truncated or "
+                                  f"corrupt (download it again): {type(e).__name__}: {e}") from e
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,13 +275,15 @@ def load_gguf_model(path: str, *, dtype=jnp.float32, shardings=None) -> Transfor
     import gguf
     from gguf import quants
 
-    reader = gguf.GGUFReader(path)
+    with _naming(path, "GGUF"):
+        reader = gguf.GGUFReader(path)
     cfg = gguf_config(reader)
     by_name = {gguf_to_hf_name(t.name): t for t in reader.tensors}
 
     def get(name):
         t = by_name[name]
-        w = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        with _naming(path, "GGUF"):
+            w = np.asarray(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
         # ggml lists dims fastest-first; numpy's shape is the HF (out, in) order.
         expect = tuple(int(d) for d in reversed(t.shape))
         if w.shape != expect:
@@ -305,4 +329,6 @@ def _peek_config(path: str) -> ModelConfig:
         return ModelConfig.from_json(os.path.join(path, "config.json"))
     import gguf
 
-    return gguf_config(gguf.GGUFReader(path))
+    with _naming(path, "GGUF"):
+        reader = gguf.GGUFReader(path)
+    return gguf_config(reader)

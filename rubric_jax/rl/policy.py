@@ -30,6 +30,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from rubric_jax import progress
 from rubric_jax.models.lora import set_lora
 from rubric_jax.rl.logprobs import token_logprobs_chunked
 from rubric_jax.rl.losses import LossConfig, LossSums, add_sums, finalize, loss_sums
@@ -191,7 +192,9 @@ class Policy:
     def gradients(self, batch: RolloutBatch, key) -> tuple[Any, LossSums]:
         """Sum of numerator gradients over micro-batches and the summed LossSums (not yet divided)."""
         grad_sum, sums = None, []
-        for i, mb in enumerate(self._micro(batch)):
+        micro = list(self._micro(batch))
+        progress.report("update", 0, len(micro), "micro-batches")
+        for i, mb in enumerate(micro):
             put = self.place
             g, s = _grad_jit(self.graphdef, self.trainable, self.base, put(mb.tokens_bt), put(mb.mask_bt),
                              put(mb.completion_mask_bt), put(np.asarray(mb.adv_b, np.float32)),
@@ -201,6 +204,9 @@ class Policy:
                              temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
             grad_sum = g if grad_sum is None else jax.tree.map(jnp.add, grad_sum, g)
             sums.append(s)
+            if progress.active():  # count finished micro-batches, waiting one behind so dispatch stays ahead
+                jax.block_until_ready(sums[-2] if len(sums) > 1 else s)
+                progress.report("update", max(1, len(sums) - 1), len(micro), "micro-batches")
         return grad_sum, add_sums(*sums)
 
     def update(self, batch: RolloutBatch, key) -> dict[str, float]:

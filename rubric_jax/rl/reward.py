@@ -161,7 +161,7 @@ def per_prompt_metrics(rows: dict[str, Any], cfg: RewardConfig) -> dict[str, flo
 def health_metrics(health: Sequence[dict]) -> dict[str, float]:
     """judge/<figure>: each judge health figure averaged over the groups that report it."""
     out = {}
-    for k in ("position_bias", "invalid_fraction", "verdict_entropy"):
+    for k in ("position_bias", "invalid_fraction", "verdict_entropy", "order_agreement"):
         vals = [h[k] for h in health if k in h]
         if vals:
             out[f"judge/{k}"] = float(np.mean(vals))
@@ -188,14 +188,28 @@ def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c
 # ---------------------------------------------------------------------------------------------
 # Bonuses (RcRL paper appendix B; docs/method.md)
 
+EXPLORATION_STREAM = 0x5EED  # folded into the run's seed: the projection's own random stream
+
+
+def exploration_projection(seed: int, d_in: int, cfg: RewardConfig) -> jnp.ndarray:
+    """The run's fixed projection (D, d) of pooled hidden states, drawn from `seed` alone (RcRL appendix B.1
+    projects with one fixed matrix, so bonuses of different steps live in one space). The trainer draws it
+    once from config.seed and records the seed in the checkpoint, so a resumed run uses the same matrix."""
+    key = jax.random.fold_in(jax.random.key(seed), EXPLORATION_STREAM)
+    return R.random_projection(key, d_in, cfg.exploration_dim)
+
+
 def exploration_bonuses(model, tokens_bt, mask_bt, prompt_len: int, group: int, cfg: RewardConfig,
-                        key) -> np.ndarray:
-    """Leverage-score novelty of each rollout's mean-pooled final hidden state, per group: (B, G)."""
+                        proj_dk: jnp.ndarray) -> np.ndarray:
+    """Leverage-score novelty of each rollout's mean-pooled final hidden state, per group: (B, G).
+    proj_dk: the run's fixed projection (`exploration_projection`)."""
     graphdef, state = nnx.split(model)
     pooled = np.asarray(_pooled_hidden(graphdef, state, jnp.asarray(tokens_bt), jnp.asarray(mask_bt),
                                        prompt_len=prompt_len))
-    proj = R.random_projection(key, pooled.shape[-1], cfg.exploration_dim)
-    h = jnp.asarray(pooled) @ proj
+    if pooled.shape[-1] != proj_dk.shape[0]:
+        raise ValueError(f"exploration projection is {tuple(proj_dk.shape)} but hidden states have "
+                         f"{pooled.shape[-1]} features")
+    h = jnp.asarray(pooled) @ proj_dk
     h = h.reshape(-1, group, h.shape[-1])
     return np.asarray(jax.vmap(lambda x: R.exploration_bonus(x, cfg.exploration_lambda))(h))
 

@@ -21,197 +21,25 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-from rubric_jax.data import PromptDataset, load_jsonl
-from rubric_jax.judge import Judge, JudgeConfig
-from rubric_jax.models.loading import load_model
-from rubric_jax.models.lora import LoRAConfig, apply_lora
-from rubric_jax.models.sharding import make_mesh, shard_model
-from rubric_jax.models.tokenizer import load_tokenizer
+from rubric_jax import progress as inner_progress
 from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
 from rubric_jax.rl import diagnostics, dynamic, rare_phase, rlmr_phase
 from rubric_jax.rl.checkpoint import Checkpointer
-from rubric_jax.rl.hosts import Hosts, merge_rows
-from rubric_jax.rl.losses import LossConfig
+from rubric_jax.rl.hosts import merge_rows
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
-from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
+from rubric_jax.rl.policy import Policy, RolloutBatch
 from rubric_jax.rl.profiling import maybe_profile
-from rubric_jax.rl.reward import (RewardConfig, exploration_bonuses, judge_metrics, judge_rewards,
-                                  judge_rewards_per_prompt, ordered_criteria, per_prompt_metrics, step_weights,
-                                  usefulness_bonuses)
+from rubric_jax.rl.reward import (exploration_bonuses, judge_metrics, judge_rewards, judge_rewards_per_prompt,
+                                  per_prompt_metrics, step_weights, usefulness_bonuses)
+from rubric_jax.rl.setup import (DEFAULT_MODEL, Setup, build, encode_prompt, parse_mesh, run_summary,  # noqa: F401
+                                 select_tasks)
 from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
                                   padding_metrics)
 from rubric_jax.rl.workdir import STATE_KEYS
-from rubric_jax.rare.store import RubricStore
-from rubric_jax.rubrics import load_rubric
 from rubric_jax.sampling import sample
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-@dataclasses.dataclass
-class Setup:
-    """Everything a run holds besides its step counter."""
-
-    config: Any
-    tokenizer: Any
-    base: Any  # frozen base model (judge, reference)
-    policy: Policy
-    judge: Judge
-    criteria: list
-    reward_cfg: RewardConfig
-    dataset: PromptDataset
-    data_iter: Any
-    hosts: Hosts
-    base_local: Any  # the frozen base on this process' devices (the judge's and the bonuses' model)
-    shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
-    rare: rare_phase.RareRuntime | None = None  # reward.judging="rare": rubric store, scorer, criterion writer
-    rubrics: RubricStore | None = None  # per-prompt rubrics (config.rubric_source record | task)
-    rlmr: rlmr_phase.RlmrRuntime | None = None  # reward.judging="rlmr": constraint verifier, writing reward, mix
-    writing_cfg: RewardConfig | None = None  # RLMR: how the judge gives the writing reward (absolute | pairwise)
-    dynamic: dynamic.DynamicConfig = dynamic.DynamicConfig()
-
-    def local_policy(self) -> Policy:
-        """The current policy on this process' devices (sampling, usefulness bonus)."""
-        if not self.hosts.multi:
-            return self.policy
-        return self.policy.with_arrays(*self.hosts.local((self.policy.trainable, self.policy.base)))
-
-
-def _model_name(config) -> str:
-    name = config.model or DEFAULT_MODEL
-    if not config.model:
-        log.warning("config.model is empty: training the embedded default %s (give a Qwen3 checkpoint path for "
-                    "the paper's setting)", DEFAULT_MODEL)
-    return name
-
-
-def parse_mesh(spec: str):
-    """"fsdp:2,tensor:4" -> a device mesh over all devices of all processes ("" -> None: one device, no
-    sharding annotations; with several processes "" means "data:<all devices>")."""
-    if not spec and jax.process_count() > 1:
-        spec = f"data:{jax.device_count()}"
-    if not spec:
-        return None
-    try:
-        axes = [(k.strip(), int(v)) for k, v in (part.split(":") for part in spec.split(","))]
-    except ValueError as e:
-        raise ValueError(f"config.mesh must look like 'data:2,tensor:4', got {spec!r}") from e
-    unknown = {k for k, _ in axes} - {"data", "fsdp", "tensor"}
-    if unknown:
-        raise ValueError(f"config.mesh: unknown axes {sorted(unknown)} (data, fsdp, tensor)")
-    return make_mesh(axes)
-
-
-def build(config) -> Setup:
-    name = _model_name(config)
-    dtype = jnp.dtype(config.dtype)
-    mesh = parse_mesh(config.mesh)
-    hosts = Hosts(mesh)
-    if config.loss.micro_batch_size % hosts.count:
-        raise ValueError(f"loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple of the "
-                         f"{hosts.count} processes (each gives an equal share of every micro-batch)")
-    if config.finetune == "full" and dtype != jnp.float32:
-        # no float32 master copy: at RARE's lr 1e-6 most bfloat16 updates round back to the old weight
-        raise ValueError(f"finetune='full' trains the weights in config.dtype={config.dtype!r}, where small "
-                         f"updates are lost to rounding; set --config.dtype=float32")
-    base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
-    tokenizer = load_tokenizer(config.tokenizer or name)
-    # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only. Full fine-tuning
-    # trains these very arrays, already on the mesh as loaded: an update makes new arrays instead of writing
-    # into them, so `base` stays the starting weights (reference, judge, bonuses).
-    graphdef, state = nnx.split(base)
-    policy_model = nnx.merge(graphdef, state)
-    if config.finetune == "lora":
-        apply_lora(policy_model, LoRAConfig(
-            rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
-            targets=tuple(config.lora.targets)), seed=config.seed)
-        if mesh is not None:
-            shard_model(policy_model, mesh)  # places the new adapters by their logical axes
-    loss_cfg = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
-                          eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
-                          kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
-                          max_completion_len=config.max_completion_len)
-    optimizer = make_optimizer(config.optim.lr, warmup_steps=config.optim.warmup_steps, total_steps=config.steps,
-                               weight_decay=config.optim.weight_decay, max_grad_norm=config.optim.max_grad_norm,
-                               schedule=config.optim.schedule)
-    policy = Policy(policy_model, optimizer, loss_cfg, PolicyConfig(
-        micro_batch_size=config.loss.micro_batch_size // hosts.count, num_iterations=config.loss.num_iterations,
-        temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps),
-        place=hosts.rows if mesh is not None else None, fetch=hosts.local_rows, finetune=config.finetune)
-    # AdamW's moments follow their parameters' shardings; only its step counter is made on one device.
-    policy.opt_state = hosts.on_mesh(policy.opt_state)
-    log.info("finetune=%s: training %d parameters", config.finetune,
-             sum(x.size for x in jax.tree.leaves(policy.trainable)))
-    # Sampling, judging and bonuses run on this process' devices only (rubric_jax.rl.hosts).
-    base_graph, base_state = nnx.split(base)
-    base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
-    judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
-                  max_response_tokens=config.judge.max_response_tokens)
-    reward_cfg = RewardConfig(**config.reward.to_dict())
-    per_prompt = config.rubric_source != "config"
-    if per_prompt and reward_cfg.judging != "rare" and (reward_cfg.curriculum or reward_cfg.dropout_q):
-        raise ValueError(f"rubric_source={config.rubric_source!r}: each prompt has its own rubric, so there is no "
-                         f"one criteria order for a curriculum or dropout; set reward.curriculum=False")
-    default_rubric = load_rubric(config.rubric) if config.rubric else None
-    criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
-    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr" and config.rlmr.writing == "reward_model")
-    if judged and not per_prompt:
-        if not criteria:
-            raise ValueError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a rubric")
-        judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
-    records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
-    if config.data.with_constraints:
-        records = [r for r in records if r.constraints]
-        if not records:
-            raise ValueError(f"config.data.with_constraints: no record of {config.data.path!r} has constraints")
-    dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
-                            shard_index=jax.process_index(), shard_count=jax.process_count())
-    # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
-    shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,
-                             [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records])
-    log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
-             shapes.prompt_ladder, shapes.completion_ladder)
-    hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")
-    rare = store = rlmr = writing_cfg = None
-    if reward_cfg.judging == "rlmr":
-        rlmr = rlmr_phase.build(config, judge, dataset.records)
-        writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute",
-                                          verifier_flip=0.0)  # the writing judge's settings; flips are RLMR's
-    if reward_cfg.judging == "rare":
-        rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records)
-    elif per_prompt:
-        store = RubricStore(default_rubric, config.rubric_source)
-        for r in dataset.records:  # every record's rubric loads now: a bad one fails before training starts
-            store.initial(r)
-    return Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
-                 base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()))
-
-
-def select_tasks(records, tasks: str, source: str):
-    """The records of the listed tasks ("a,b"; "" keeps all)."""
-    wanted = [t.strip() for t in tasks.split(",") if t.strip()]
-    if not wanted:
-        return records
-    kept = [r for r in records if r.task in wanted]
-    missing = sorted(set(wanted) - {r.task for r in kept})
-    if missing:
-        have = sorted({r.task for r in records if r.task})
-        raise ValueError(f"config.data.task: no record of {source!r} has task {missing} (tasks there: {have})")
-    return kept
-
-
-def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
-    """Chat-templated ids; an over-long prompt keeps its start and the assistant cue (truncated=True)."""
-    ids = tokenizer.encode_chat(record.prompt, system=record.system)
-    if len(ids) <= max_len:
-        return ids, False
-    cue = tokenizer.encode(tokenizer.chat("x")[len(tokenizer.chat("x", add_generation_prompt=False)):]) or ids[-4:]
-    return ids[: max_len - len(cue)] + cue, True
-
 
 def _state_dict(finetune: str, trainable, opt_state) -> dict:
     return {STATE_KEYS[finetune]: trainable, "opt_state": opt_state}
@@ -244,6 +72,9 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     setup.data_iter.set_state(meta["data"])
     if setup.rare is not None:
         rare_phase.set_state(setup.rare, meta, f"checkpoint {step} in {ckpt.directory}")
+    if setup.exploration_proj is not None and "exploration_seed" in meta:
+        setup.set_exploration(meta["exploration_seed"])
+    setup.entropy_head = list(meta.get("entropy_head", []))
     log.info("resumed from %s at step %d", ckpt.directory, step)
     return step
 
@@ -342,11 +173,17 @@ def sample_until_full(setup: Setup, step: int, key, weights, timer: PhaseTimer) 
     """The step's sampled batches: one, or under dynamic sampling `oversample` and then one more at a time while
     any process has fewer kept groups than its batch, at most `max_rounds` more (all processes agree)."""
     dyn = setup.dynamic
-    batches = [sample_batch(setup, step, key, i, weights, timer) for i in range(dyn.oversample if dyn.enabled else 1)]
+    first = dyn.oversample if dyn.enabled else 1
+    unit = f"batches of {setup.config.prompts_per_step} x {setup.config.group_size} rollouts"
+    batches = []
+    for i in range(first):
+        inner_progress.report("sample", i, first, unit)
+        batches.append(sample_batch(setup, step, key, i, weights, timer))
     need = len(batches[0].records)
     while dyn.enabled and len(batches) - dyn.oversample < dyn.max_rounds:
         if min(setup.hosts.gather(int(sum(b.keep.sum() for b in batches)))) >= need:
             break
+        inner_progress.report("sample (refill)", len(batches), first + dyn.max_rounds, unit)
         batches.append(sample_batch(setup, step, key, len(batches), weights, timer))
     return batches
 
@@ -472,7 +309,7 @@ def _add_bonuses(setup: Setup, r_bg, batch: RolloutBatch, records, encoded, comp
     rc, g = setup.reward_cfg, setup.config.group_size
     if rc.exploration_coef:
         bonus = exploration_bonuses(setup.base_local, batch.tokens_bt, batch.mask_bt, batch.prompt_len, g, rc,
-                                    jax.random.fold_in(key, 3))
+                                    setup.exploration_proj)
         rows["bonus_exploration"] = bonus
         r_bg = r_bg + rc.exploration_coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
     if rc.usefulness_coef:
@@ -498,8 +335,19 @@ def train(config, workdir: str) -> list[dict]:
 
 def _train(config, workdir: str) -> list[dict]:
     setup = build(config)
-    ckpt = Checkpointer(workdir, max_to_keep=config.checkpoint.keep, save_interval_steps=1)
+    # Saves are asynchronous: the arrays are copied off the devices during the save phase and written while the
+    # next step runs. orbax renames a checkpoint into place only once it is complete, so a kill mid-write leaves
+    # the previous one restorable, and a new save (or the crash snapshot below) first waits for the last one.
+    ckpt = Checkpointer(workdir, max_to_keep=config.checkpoint.keep, save_interval_steps=1, async_save=True)
     start = _restore(setup, ckpt)
+    lines, slow = run_summary(setup)
+    if setup.hosts.index == 0:
+        for line in lines:
+            print(line, flush=True)
+        if slow:
+            log.warning(slow)
+        if start:
+            print(f"resumed from step {start} ({ckpt.directory})", flush=True)
     writer = MetricsWriter(workdir, tensorboard=config.tensorboard, resume_step=start)  # process 0 only
     hosts = setup.hosts
     # Two processes on one host would write the same trace file names: the others trace under process_<i>/.
@@ -511,6 +359,7 @@ def _train(config, workdir: str) -> list[dict]:
                                                    "completion_len/mean", "time/judge"))
     base_key = jax.random.key(config.seed)
     history, saved = [], start
+    last_phases: dict[str, float] = {}  # seconds per phase in the previous step: the progress lines' ETAs
     step = start
     snapshot = _snapshot(setup)
     compiles = CompileCounter().start()  # per step: XLA programs built (setup's own are not counted)
@@ -518,8 +367,15 @@ def _train(config, workdir: str) -> list[dict]:
         for step in range(start, config.steps):
             snapshot = _snapshot(setup)
             timer = PhaseTimer()
-            with maybe_profile(step, config.profile_steps, trace_dir, python=config.profile_python):
+            printer = inner_progress.StepPrinter(step, enabled=hosts.index == 0, expected=last_phases,
+                                           announce=bool(slow) and step == start)
+            with maybe_profile(step, config.profile_steps, trace_dir, python=config.profile_python), \
+                    inner_progress.reporting(printer):
                 metrics = train_step(setup, step, jax.random.fold_in(base_key, step), timer)
+            setup.entropy_head = diagnostics.record_entropy(setup.entropy_head, step, metrics.get("policy_entropy"))
+            h0 = diagnostics.initial_entropy(setup.entropy_head)
+            if h0 is not None:  # RcRL Figure 9: entropy relative to the run's first steps
+                metrics["policy_entropy_ratio"] = diagnostics.entropy_ratio(metrics["policy_entropy"], h0)
             done = step + 1
             if done % config.checkpoint.every == 0 or done == config.steps:
                 with timer.phase("save"):
@@ -530,6 +386,7 @@ def _train(config, workdir: str) -> list[dict]:
                         setup.rare.store.export_jsonl(os.path.join(workdir, "rubrics.jsonl"))
             metrics.update(timer.metrics())
             metrics["time/step"] = sum(timer.metrics().values())
+            last_phases = {k.removeprefix("time/"): v for k, v in timer.metrics().items()}
             metrics.update(compiles.metrics())  # time/compiles, time/compile_cache_hits, time/compile_secs
             writer.write_scalars(step, metrics)
             if setup.rare is not None:
@@ -576,6 +433,10 @@ def _meta(setup: Setup, done: int, data_state: dict, rare_state: dict | None = N
     meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
             "criteria": [c.id for c in setup.criteria]}
     meta.update(rare_state or {})
+    if setup.exploration_seed is not None:
+        meta["exploration_seed"] = setup.exploration_seed
+    if setup.entropy_head:
+        meta["entropy_head"] = setup.entropy_head  # [{"step": s, "policy_entropy": v}] of the first steps
     if setup.policy.finetune != "lora":  # LoRA checkpoints keep the meta they always had
         meta["finetune"] = setup.policy.finetune
     return meta

@@ -1,0 +1,264 @@
+"""What a training run holds besides its step counter, and how `build` makes it from a config.
+
+`build(config)` loads the model and tokenizer, wraps the policy with LoRA (or trains every weight), makes the
+optimizer, the judge, the data iterator, the run's shape plan and each method's runtime (RARE, RLMR,
+per-prompt rubrics). Everything that can be rejected from the config alone is checked before the model loads
+(`rubric_jax.rl.validate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from rubric_jax.data import PromptDataset, load_jsonl
+from rubric_jax.judge import Judge, JudgeConfig
+from rubric_jax.judge.pairings import num_swiss_rounds, pairs_for
+from rubric_jax.models.loading import load_model
+from rubric_jax.models.lora import LoRAConfig, apply_lora
+from rubric_jax.models.sharding import make_mesh, shard_model
+from rubric_jax.models.tokenizer import load_tokenizer
+from rubric_jax.rl import dynamic, rare_phase, rlmr_phase, validate
+from rubric_jax.rl.hosts import Hosts
+from rubric_jax.rl.losses import LossConfig
+from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
+from rubric_jax.rl.reward import RewardConfig, exploration_projection, ordered_criteria
+from rubric_jax.rl.shapes import ShapePlan
+from rubric_jax.rare.store import RubricStore
+from rubric_jax.rubrics import load_rubric
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+@dataclasses.dataclass
+class Setup:
+    """Everything a run holds besides its step counter."""
+
+    config: Any
+    tokenizer: Any
+    base: Any  # frozen base model (judge, reference)
+    policy: Policy
+    judge: Judge
+    criteria: list
+    reward_cfg: RewardConfig
+    dataset: PromptDataset
+    data_iter: Any
+    hosts: Hosts
+    base_local: Any  # the frozen base on this process' devices (the judge's and the bonuses' model)
+    shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
+    rare: rare_phase.RareRuntime | None = None  # reward.judging="rare": rubric store, scorer, criterion writer
+    rubrics: RubricStore | None = None  # per-prompt rubrics (config.rubric_source record | task)
+    rlmr: rlmr_phase.RlmrRuntime | None = None  # reward.judging="rlmr": constraint verifier, writing reward, mix
+    writing_cfg: RewardConfig | None = None  # RLMR: how the judge gives the writing reward (absolute | pairwise)
+    dynamic: dynamic.DynamicConfig = dynamic.DynamicConfig()
+    # exploration bonus: the run's fixed projection of pooled hidden states and the seed it was drawn from
+    # (kept in the checkpoint's meta, so a resumed run redraws the same matrix)
+    exploration_seed: int | None = None
+    exploration_proj: Any = None
+    # policy_entropy of the run's first steps (diagnostics.record_entropy): the base of policy_entropy_ratio,
+    # kept in the checkpoint's meta so a resumed run keeps the same base
+    entropy_head: list = dataclasses.field(default_factory=list)
+
+    def set_exploration(self, seed: int) -> None:
+        self.exploration_seed = int(seed)
+        self.exploration_proj = exploration_projection(self.exploration_seed, self.base.cfg.hidden_size,
+                                                       self.reward_cfg)
+
+    def local_policy(self) -> Policy:
+        """The current policy on this process' devices (sampling, usefulness bonus)."""
+        if not self.hosts.multi:
+            return self.policy
+        return self.policy.with_arrays(*self.hosts.local((self.policy.trainable, self.policy.base)))
+
+
+def _model_name(config) -> str:
+    name = config.model or DEFAULT_MODEL
+    if not config.model:
+        log.warning("config.model is empty: training the embedded default %s (give a Qwen3 checkpoint path for "
+                    "the paper's setting)", DEFAULT_MODEL)
+    return name
+
+
+def parse_mesh(spec: str):
+    """"fsdp:2,tensor:4" -> a device mesh over all devices of all processes ("" -> None: one device, no
+    sharding annotations; with several processes "" means "data:<all devices>")."""
+    if not spec and jax.process_count() > 1:
+        spec = f"data:{jax.device_count()}"
+    if not spec:
+        return None
+    try:
+        axes = [(k.strip(), int(v)) for k, v in (part.split(":") for part in spec.split(","))]
+    except ValueError as e:
+        raise ValueError(f"config.mesh must look like 'data:2,tensor:4', got {spec!r}") from e
+    unknown = {k for k, _ in axes} - {"data", "fsdp", "tensor"}
+    if unknown:
+        raise ValueError(f"config.mesh: unknown axes {sorted(unknown)} (data, fsdp, tensor)")
+    return make_mesh(axes)
+
+
+def build(config) -> Setup:
+    validate.check(config)  # every value, before a model file is opened
+    name = _model_name(config)
+    dtype = jnp.dtype(config.dtype)
+    mesh = parse_mesh(config.mesh)
+    hosts = Hosts(mesh)
+    if config.loss.micro_batch_size % hosts.count:
+        raise ValueError(f"loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple of the "
+                         f"{hosts.count} processes (each gives an equal share of every micro-batch)")
+    base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
+    tokenizer = load_tokenizer(config.tokenizer or name)
+    # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only. Full fine-tuning
+    # trains these very arrays, already on the mesh as loaded: an update makes new arrays instead of writing
+    # into them, so `base` stays the starting weights (reference, judge, bonuses).
+    graphdef, state = nnx.split(base)
+    policy_model = nnx.merge(graphdef, state)
+    if config.finetune == "lora":
+        apply_lora(policy_model, LoRAConfig(
+            rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
+            targets=tuple(config.lora.targets)), seed=config.seed)
+        if mesh is not None:
+            shard_model(policy_model, mesh)  # places the new adapters by their logical axes
+    loss_cfg = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
+                          eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
+                          kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
+                          max_completion_len=config.max_completion_len)
+    optimizer = make_optimizer(config.optim.lr, warmup_steps=config.optim.warmup_steps, total_steps=config.steps,
+                               weight_decay=config.optim.weight_decay, max_grad_norm=config.optim.max_grad_norm,
+                               schedule=config.optim.schedule)
+    policy = Policy(policy_model, optimizer, loss_cfg, PolicyConfig(
+        micro_batch_size=config.loss.micro_batch_size // hosts.count, num_iterations=config.loss.num_iterations,
+        temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps),
+        place=hosts.rows if mesh is not None else None, fetch=hosts.local_rows, finetune=config.finetune)
+    # AdamW's moments follow their parameters' shardings; only its step counter is made on one device.
+    policy.opt_state = hosts.on_mesh(policy.opt_state)
+    log.info("finetune=%s: training %d parameters", config.finetune,
+             sum(x.size for x in jax.tree.leaves(policy.trainable)))
+    # Sampling, judging and bonuses run on this process' devices only (rubric_jax.rl.hosts).
+    base_graph, base_state = nnx.split(base)
+    base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
+    judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
+                  max_response_tokens=config.judge.max_response_tokens)
+    reward_cfg = RewardConfig(**config.reward.to_dict())
+    per_prompt = config.rubric_source != "config"
+    if per_prompt and reward_cfg.judging != "rare" and (reward_cfg.curriculum or reward_cfg.dropout_q):
+        raise ValueError(f"rubric_source={config.rubric_source!r}: each prompt has its own rubric, so there is no "
+                         f"one criteria order for a curriculum or dropout; set reward.curriculum=False")
+    default_rubric = load_rubric(config.rubric) if config.rubric else None
+    criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
+    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr" and config.rlmr.writing == "reward_model")
+    if judged and not per_prompt:
+        if not criteria:
+            raise ValueError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a rubric")
+        judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
+    records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
+    if config.data.with_constraints:
+        records = [r for r in records if r.constraints]
+        if not records:
+            raise ValueError(f"config.data.with_constraints: no record of {config.data.path!r} has constraints")
+    dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
+                            shard_index=jax.process_index(), shard_count=jax.process_count())
+    # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
+    shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,
+                             [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records])
+    log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
+             shapes.prompt_ladder, shapes.completion_ladder)
+    hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")
+    rare = store = rlmr = writing_cfg = None
+    if reward_cfg.judging == "rlmr":
+        rlmr = rlmr_phase.build(config, judge, dataset.records)
+        writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute",
+                                          verifier_flip=0.0)  # the writing judge's settings; flips are RLMR's
+    if reward_cfg.judging == "rare":
+        rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records)
+    elif per_prompt:
+        store = RubricStore(default_rubric, config.rubric_source)
+        for r in dataset.records:  # every record's rubric loads now: a bad one fails before training starts
+            store.initial(r)
+    setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
+                  base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()))
+    if reward_cfg.exploration_coef:
+        setup.set_exploration(config.seed)
+    return setup
+
+
+def select_tasks(records, tasks: str, source: str):
+    """The records of the listed tasks ("a,b"; "" keeps all)."""
+    wanted = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not wanted:
+        return records
+    kept = [r for r in records if r.task in wanted]
+    missing = sorted(set(wanted) - {r.task for r in kept})
+    if missing:
+        have = sorted({r.task for r in records if r.task})
+        raise ValueError(f"config.data.task: no record of {source!r} has task {missing} (tasks there: {have})")
+    return kept
+
+
+def encode_prompt(tokenizer, record, max_len: int) -> tuple[list[int], bool]:
+    """Chat-templated ids; an over-long prompt keeps its start and the assistant cue (truncated=True)."""
+    ids = tokenizer.encode_chat(record.prompt, system=record.system)
+    if len(ids) <= max_len:
+        return ids, False
+    cue = tokenizer.encode(tokenizer.chat("x")[len(tokenizer.chat("x", add_generation_prompt=False)):]) or ids[-4:]
+    return ids[: max_len - len(cue)] + cue, True
+
+
+
+# A CPU core samples a small model at tens of tokens per second: past this many generated tokens per step
+# (and for any multi-billion-parameter model) a step runs for many minutes.
+CPU_TOKENS_PER_STEP = 4096
+CPU_PARAMS = 1_000_000_000
+
+
+def pairs_per_group(pairing: str, g: int, k: int = 1) -> int:
+    """Unordered pairs the judge compares in a group of g (Swiss: its rounds of floor(g/2) pairs)."""
+    if pairing == "swiss":
+        return num_swiss_rounds(g) * (g // 2)
+    return len(pairs_for(pairing, g, k=k))
+
+
+def run_summary(setup: Setup) -> tuple[list[str], str | None]:
+    """Lines printed when a run starts (backend, devices, model size, the per-step volume of rollouts and
+    judgments) and a warning when the backend cannot run the config in reasonable time (None if it can)."""
+    cfg = setup.config
+    params = sum(int(x.size) for x in jax.tree.leaves(nnx.state(setup.base, nnx.Param)))
+    trained = sum(int(x.size) for x in jax.tree.leaves(setup.policy.trainable))
+    devices = jax.devices()
+    kinds = sorted({d.device_kind for d in devices})
+    rollouts = cfg.prompts_per_step * cfg.group_size
+    tokens = rollouts * cfg.max_completion_len
+    lines = [f"backend {jax.default_backend()}: {len(devices)} device(s) ({', '.join(kinds)}) over "
+             f"{jax.process_count()} process(es)",
+             f"model {_model_name_quiet(cfg)}: {params / 1e6:.1f}M parameters, training {trained / 1e6:.2f}M "
+             f"({cfg.finetune})",
+             f"per step: {cfg.prompts_per_step} prompt(s) x {cfg.group_size} rollouts = {rollouts} completions of "
+             f"<= {cfg.max_completion_len} tokens (<= {tokens} sampled tokens), micro-batches of "
+             f"{cfg.loss.micro_batch_size}"]
+    judging = setup.reward_cfg.judging
+    c = len(setup.criteria)
+    if judging == "pairwise" and c:
+        pairs = pairs_per_group(cfg.judge.pairing, cfg.group_size)
+        lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {pairs} pairs x 2 orders x <= {c} "
+                     f"criteria = <= {cfg.prompts_per_step * pairs * 2 * c} verdicts ({cfg.judge.mode} mode)")
+    elif c and judging in ("absolute", "rlmr"):
+        lines.append(f"judge per step: {rollouts} responses x {c} criteria = {rollouts * c} scores "
+                     f"({cfg.judge.mode} mode)")
+    elif judging == "rare":
+        lines.append(f"judge per step: {rollouts} responses x each prompt's criteria ({cfg.rare.score_mode} mode)")
+    warning = None
+    if jax.default_backend() == "cpu" and (tokens > CPU_TOKENS_PER_STEP or params > CPU_PARAMS):
+        warning = (f"this config samples up to {tokens} tokens per step with a {params / 1e6:.0f}M-parameter model "
+                   f"on CPU: expect many minutes per step (progress lines follow inside each step). For a smoke "
+                   f"run use the config's :tiny variant; for the real run use a GPU or TPU host.")
+    return lines, warning
+
+
+def _model_name_quiet(config) -> str:
+    return config.model or DEFAULT_MODEL

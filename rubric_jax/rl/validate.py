@@ -1,0 +1,158 @@
+"""Checks a training config before anything heavy happens.
+
+A paper-scale run loads a multi-GB checkpoint, compiles for minutes and samples for more before the first
+judge call; a typo such as `loss.aggregation=token-mean` or `group_size=0` must not wait for that. `check`
+runs in the first second of `train` and raises `ConfigError` naming the field (`config.loss.aggregation`),
+what it holds and what is allowed. It checks values only; whether a checkpoint or data file can be read is
+the loaders' job, and they name the file.
+
+Where a component's own dataclass already validates its section (RewardConfig, JudgeConfig, LoRAConfig,
+DynamicConfig, RlmrConfig), the section is built here from the config, so there is one rule per field.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Callable
+
+from rubric_jax.rewards.group import ADVANTAGE_KINDS
+from rubric_jax.rl.losses import AGGREGATIONS
+
+DTYPES = ("float32", "bfloat16", "float16")
+FINETUNES = ("lora", "full")
+RUBRIC_SOURCES = ("config", "record", "task")
+SCHEDULES = ("cosine", "constant")
+KL_KINDS = ("k1", "k3")
+REMATS = ("none", "full", "dots_saveable")
+ATTENTIONS = ("plain", "xla", "cudnn", "chunked")
+
+
+class ConfigError(ValueError):
+    """A config value that cannot run; the message starts with the field's full name."""
+
+
+def _fail(field: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"config.{field}={value!r}: {allowed}")
+
+
+def _get(config, field: str):
+    node = config
+    for part in field.split("."):
+        node = node[part]
+    return node
+
+
+def _int(config, field: str, lo: int, what: str = "") -> None:
+    v = _get(config, field)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        _fail(field, v, f"must be an integer >= {lo}{what}")
+
+
+def _num(config, field: str, ok: Callable[[float], bool], allowed: str) -> None:
+    v = _get(config, field)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
+        _fail(field, v, allowed)
+
+
+def _choice(config, field: str, choices) -> None:
+    v = _get(config, field)
+    if v not in choices:
+        _fail(field, v, f"must be one of {tuple(choices)}")
+
+
+def _section(config, field: str, build: Callable[[], Any]) -> None:
+    """Builds a component's config dataclass; its own error gets the section's name in front."""
+    try:
+        build()
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"config.{field}: {e}") from e
+
+
+def check(config) -> None:
+    """Raises ConfigError for the first value of `config` that cannot run (see the module docstring)."""
+    for field in ("steps", "prompts_per_step", "max_prompt_len", "max_completion_len", "seed"):
+        _int(config, field, 0 if field == "seed" else 1)
+    _int(config, "group_size", 2, " (a group needs two rollouts to compare; advantages of a group of 1 are 0)")
+    _choice(config, "dtype", DTYPES)
+    _choice(config, "finetune", FINETUNES)
+    _choice(config, "rubric_source", RUBRIC_SOURCES)
+    if config.finetune == "full" and config.dtype != "float32":
+        # no float32 master copy: at RARE's lr 1e-6 most bfloat16 updates round back to the old weight
+        _fail("dtype", config.dtype, "finetune='full' trains the weights in this dtype, where small updates are "
+                                     "lost to rounding; set --config.dtype=float32")
+
+    _num(config, "sampling.temperature", lambda v: v > 0, "must be > 0")
+    _int(config, "sampling.top_k", 0, " (0 = no top-k filter)")
+    _num(config, "sampling.top_p", lambda v: 0 < v <= 1, "must be in (0, 1]")
+    _num(config, "sampling.min_p", lambda v: 0 <= v < 1, "must be in [0, 1)")
+
+    _num(config, "optim.lr", lambda v: v > 0, "must be > 0")
+    _int(config, "optim.warmup_steps", 0)
+    _choice(config, "optim.schedule", SCHEDULES)
+    _num(config, "optim.weight_decay", lambda v: v >= 0, "must be >= 0")
+    _num(config, "optim.max_grad_norm", lambda v: v >= 0, "must be >= 0 (0 = no clipping)")
+
+    _choice(config, "loss.advantage", ADVANTAGE_KINDS)
+    _choice(config, "loss.aggregation", AGGREGATIONS)
+    _num(config, "loss.eps_low", lambda v: 0 <= v < 1, "must be in [0, 1)")
+    _num(config, "loss.eps_high", lambda v: v >= 0, "must be >= 0")
+    _num(config, "loss.dual_clip", lambda v: v == 0 or v > 1, "must be 0 (off) or > 1")
+    _num(config, "loss.kl_coef", lambda v: v >= 0, "must be >= 0")
+    _choice(config, "loss.kl_kind", KL_KINDS)
+    _int(config, "loss.num_iterations", 1)
+    _int(config, "loss.micro_batch_size", 1)
+    _int(config, "loss.max_bad_steps", 0)
+
+    _choice(config, "forward.remat", REMATS)
+    _choice(config, "forward.attention", ATTENTIONS)
+    _int(config, "forward.attention_chunk", 1)
+    _int(config, "judge.max_response_tokens", 1)
+    _int(config, "checkpoint.every", 1)
+    _int(config, "checkpoint.keep", 1)
+    _mesh(config.mesh)
+    _sections(config)
+    if config.data.path and not os.path.exists(config.data.path):
+        from rubric_jax.data.jsonl import BUNDLED  # noqa: PLC0415
+        if config.data.path not in BUNDLED:
+            _fail("data.path", config.data.path, f"no such file, and not a bundled set {tuple(BUNDLED)}")
+
+
+def _mesh(spec: str) -> None:
+    if not spec:
+        return
+    try:
+        axes = [(k.strip(), int(v)) for k, v in (part.split(":") for part in spec.split(","))]
+    except ValueError:
+        _fail("mesh", spec, "must look like 'data:2,tensor:4' (axes data, fsdp, tensor)")
+    unknown = sorted({k for k, _ in axes} - {"data", "fsdp", "tensor"})
+    if unknown or any(n < 1 for _, n in axes):
+        _fail("mesh", spec, "axes are data, fsdp and tensor, each of size >= 1")
+
+
+def _sections(config) -> None:
+    # Imported here: these modules pull in JAX programs that `check` itself does not need.
+    from rubric_jax.judge import JudgeConfig  # noqa: PLC0415
+    from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
+    from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
+    from rubric_jax.rl.reward import RewardConfig  # noqa: PLC0415
+    from rubric_jax.rl.rlmr_phase import RlmrConfig  # noqa: PLC0415
+
+    _section(config, "reward", lambda: RewardConfig(**config.reward.to_dict()))
+    _section(config, "judge", lambda: JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing))
+    _section(config, "lora", lambda: LoRAConfig(rank=config.lora.rank, alpha=config.lora.alpha,
+                                                dropout=config.lora.dropout, targets=tuple(config.lora.targets)))
+    _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
+    if config.reward.judging == "rlmr":
+        _section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
+    if config.reward.judging == "rare":
+        from rubric_jax.rare import DIRECTIONS  # noqa: PLC0415
+        from rubric_jax.rare.scoring import SCORE_MODES  # noqa: PLC0415
+        from rubric_jax.rl.rare_phase import LEVELS, TASK_LEVELS  # noqa: PLC0415
+        _choice(config, "rare.level", LEVELS)
+        _choice(config, "rare.direction", DIRECTIONS)
+        _choice(config, "rare.score_mode", SCORE_MODES)
+        _int(config, "rare.budget", 1)
+        if config.rare.level in TASK_LEVELS and config.rubric_source != "task":
+            _fail("rubric_source", config.rubric_source, f"rare.level={config.rare.level!r} revises each task's "
+                                                         f"shared rubric: it needs rubric_source='task'")

@@ -69,7 +69,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.reward = ml_collections.ConfigDict(dict(
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
-        usefulness_coef=0.0, verifier_flip=0.0))
+        usefulness_coef=0.0, verifier_flip=0.0,
+        pacing="fixed"))  # fixed: one criterion every `interval` steps | auto: when held-out quality plateaus
+    # reward.pacing="auto" (rubric_jax.rewards.pacing; docs/method.md): every `every` steps the policy's greedy
+    # answers to `prompts` held-out prompts meet the base's on the newest criterion; the next criterion arrives
+    # when that win rate gained <= epsilon over the last `window` readings, between min_interval and
+    # max_interval steps after the previous one. 0 = scaled from reward.interval (100: 10, 3, 50, 200).
+    c.pacing = ml_collections.ConfigDict(dict(every=0, window=0, epsilon=0.02, min_interval=0, max_interval=0,
+                                              prompts=16, seed=0))
     # RLMR (reward.judging="rlmr"; docs/method.md §4): writing reward + constraint verifier, mixed per group.
     c.rlmr = ml_collections.ConfigDict(dict(
         writing="absolute",  # absolute (judge's pointwise rubric score) | pairwise (win rate) | reward_model
@@ -124,6 +131,7 @@ def tiny_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.forward.attention = "plain"
     c.judge.max_response_tokens = 32
     c.reward.interval = 1
+    c.pacing.prompts = 2
     c.checkpoint.every = 1
     return c
 

@@ -1,8 +1,9 @@
 """Pure reward functions over judge score arrays (math and sources: docs/method.md).
 
-Modules: pairwise (RcRL win rates), curriculum (criterion weights), pointwise (absolute and RARE
-rewards, saturation), rare (RARE event statistics), rlmr (constraint penalty), group (advantages, zero-spread filter),
-bonuses (exploration / usefulness), health (judge health metrics).
+Modules: pairwise (RcRL win rates), curriculum (criterion weights), pacing (when the curriculum adds a
+criterion, from held-out win rates), pointwise (absolute and RARE rewards, saturation), rare (RARE event
+statistics), rlmr (constraint penalty), group (advantages, zero-spread filter), bonuses (exploration /
+usefulness), health (judge health metrics).
 """
 
 from rubric_jax.rewards.group import (
@@ -29,6 +30,15 @@ from rubric_jax.rewards.curriculum import (
     num_active,
     permute_order,
     weights_from_mask,
+)
+from rubric_jax.rewards.pacing import (
+    PACING_MODES,
+    PacingConfig,
+    PacingState,
+    decide,
+    plateaued,
+    weights_for_active,
+    weights_from_state,
 )
 from rubric_jax.rewards.health import (
     invalid_fraction,
@@ -68,6 +78,9 @@ from rubric_jax.rewards.rlmr import (
 __all__ = [
     "ADVANTAGE_KINDS",
     "CURRICULUM_MODES",
+    "PACING_MODES",
+    "PacingConfig",
+    "PacingState",
     "absolute_reward",
     "active_mask",
     "add_bonuses",
@@ -77,6 +90,7 @@ __all__ = [
     "circular_pairs_mask",
     "criterion_stats",
     "curriculum_weights",
+    "decide",
     "dropout_mask",
     "dropout_weights",
     "exploration_bonus",
@@ -94,6 +108,7 @@ __all__ = [
     "pairs_from_mask",
     "pairwise_reward",
     "permute_order",
+    "plateaued",
     "position_bias",
     "position_bias_flat",
     "random_projection",
@@ -110,7 +125,9 @@ __all__ = [
     "usefulness_bonus",
     "verdict_entropy",
     "verifier_precision_recall",
+    "weights_for_active",
     "weights_from_mask",
+    "weights_from_state",
     "win_rates",
     "zero_spread_mask",
 ]

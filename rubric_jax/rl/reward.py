@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax import rewards as R
+from rubric_jax.rewards.pacing import PACING_MODES
 from rubric_jax.rubrics import Criterion, Rubric
 
 
@@ -43,6 +44,7 @@ class RewardConfig:
     exploration_lambda: float = 1.0
     usefulness_coef: float = 0.0
     verifier_flip: float = 0.0  # RLMR: flip each rollout's violation flag with this probability (label noise)
+    pacing: str = "fixed"  # fixed (every `interval` steps) | auto (held-out plateau; rubric_jax.rewards.pacing)
 
     def __post_init__(self):
         if self.judging not in ("pairwise", "absolute", "rare", "rlmr"):
@@ -64,6 +66,11 @@ class RewardConfig:
             raise ValueError("reward.dropout_q applies to all-criteria runs (Dropout RaR); set curriculum=False")
         if self.interval < 1:
             raise ValueError(f"reward.interval must be >= 1, got {self.interval}")
+        if self.pacing not in PACING_MODES:
+            raise ValueError(f"reward.pacing must be one of {PACING_MODES}, got {self.pacing!r}")
+        if self.pacing == "auto" and not (self.curriculum and self.judging in ("pairwise", "absolute")):
+            raise ValueError("reward.pacing='auto' paces a curriculum: it needs reward.curriculum=True and "
+                             "reward.judging pairwise or absolute")
 
 
 def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:

@@ -23,7 +23,8 @@ from rubric_jax.models.loading import load_model
 from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
-from rubric_jax.rl import dynamic, rare_phase, rlmr_phase, validate
+from rubric_jax.rewards.pacing import PacingConfig
+from rubric_jax.rl import dynamic, pacing_phase, rare_phase, rlmr_phase, validate
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
@@ -65,6 +66,8 @@ class Setup:
     # policy_entropy of the run's first steps (diagnostics.record_entropy): the base of policy_entropy_ratio,
     # kept in the checkpoint's meta so a resumed run keeps the same base
     entropy_head: list = dataclasses.field(default_factory=list)
+    pacing: pacing_phase.PacingRuntime | None = None  # reward.pacing="auto": held-out readings, arrivals
+    pacing_judge: Judge | None = None
 
     def set_exploration(self, seed: int) -> None:
         self.exploration_seed = int(seed)
@@ -162,6 +165,9 @@ def build(config) -> Setup:
         records = [r for r in records if r.constraints]
         if not records:
             raise ValueError(f"config.data.with_constraints: no record of {config.data.path!r} has constraints")
+    if reward_cfg.pacing == "auto":  # held-out prompts leave the training set before the iterator is made
+        pacing_cfg = PacingConfig.for_interval(reward_cfg.interval, **config.pacing.to_dict())
+        records, heldout = pacing_phase.split_records(records, pacing_cfg, min_train=config.prompts_per_step)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
     # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
@@ -183,6 +189,15 @@ def build(config) -> Setup:
             store.initial(r)
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
                   base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()))
+    if reward_cfg.pacing == "auto":
+        hosts.same([r.id for r in heldout.records], "the pacing held-out prompts")
+        setup.pacing = pacing_phase.build(
+            pacing_cfg, heldout, criteria, tokenizer, max_new_tokens=config.max_completion_len, alpha=reward_cfg.alpha,
+            mode=reward_cfg.weighting, encode=lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0])
+        # its own judge (same weights, no copy): its 2-response groups would otherwise take compiled shapes
+        # from the training judge's budget
+        setup.pacing_judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing="all"),
+                                   max_response_tokens=config.judge.max_response_tokens)
     if reward_cfg.exploration_coef:
         setup.set_exploration(config.seed)
     return setup

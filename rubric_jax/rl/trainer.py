@@ -24,7 +24,7 @@ import numpy as np
 
 from rubric_jax import progress as inner_progress
 from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
-from rubric_jax.rl import diagnostics, dynamic, rare_phase, rlmr_phase
+from rubric_jax.rl import diagnostics, dynamic, pacing_phase, rare_phase, rlmr_phase
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.hosts import merge_rows
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
@@ -72,6 +72,8 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     setup.data_iter.set_state(meta["data"])
     if setup.rare is not None:
         rare_phase.set_state(setup.rare, meta, f"checkpoint {step} in {ckpt.directory}")
+    if setup.pacing is not None:
+        pacing_phase.set_state(setup.pacing, meta.get("pacing"), f"checkpoint {step} in {ckpt.directory}")
     if setup.exploration_proj is not None and "exploration_seed" in meta:
         setup.set_exploration(meta["exploration_seed"])
     setup.entropy_head = list(meta.get("entropy_head", []))
@@ -209,8 +211,13 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
     batches under dynamic sampling, rubric_jax.rl.dynamic); the per-row results of all processes are pooled
     (`hosts.merged`) for advantages and metrics; the update runs on the global batch over the whole mesh."""
     cfg, hosts = setup.config, setup.hosts
-    weights = None
-    if setup.rare is None and setup.rubrics is None:
+    weights, pace = None, {}
+    if setup.pacing is not None:  # before the step's judge figures start counting
+        weights, pace = pacing_phase.advance(setup.pacing, step, policy_model=setup.local_policy().model(),
+                                             base_model=setup.base_local, judge=setup.pacing_judge, hosts=hosts,
+                                             timer=timer)
+        weights = np.asarray(weights, np.float32)
+    elif setup.rare is None and setup.rubrics is None:
         weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
     judge = setup.rare.judge if setup.rare is not None else setup.judge
     with JudgePadding(judge) as judge_pad:
@@ -251,6 +258,7 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
         log.warning("step %d: no group with a learning signal after %d batches: update skipped", step, len(batches))
         umetrics = {"dynamic/empty_update": 1.0}
     metrics = step_metrics(setup, pooled, adv_all, weights, umetrics, judge_pad.metrics())
+    metrics.update(pace)
     if setup.rare is not None and setup.rare.evidence is not None:
         with timer.phase("revise"):  # task level: revise the shared rubrics from steps t-2..t, used from t+1
             records_t = []
@@ -404,10 +412,10 @@ def _train(config, workdir: str) -> list[dict]:
                         "last periodic checkpoint, step %d)", hosts.index, step, saved)
         elif step > saved:
             log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
-            trainable, opt_state, data_state, rare_snapshot = snapshot
+            trainable, opt_state, data_state, rare_snapshot, pacing_snapshot = snapshot
             rare_state = None if setup.rare is None else rare_phase.state(setup.rare, rare_snapshot)
             ckpt.save(step, _state_dict(setup.policy.finetune, trainable, opt_state),
-                      _meta(setup, step, data_state, rare_state), force=True)
+                      _meta(setup, step, data_state, rare_state, pacing_snapshot), force=True)
         raise
     finally:
         compiles.stop()
@@ -420,21 +428,26 @@ def _train(config, workdir: str) -> list[dict]:
 def _snapshot(setup: Setup):
     """The state between steps (arrays and rubrics are immutable, so this copies no data)."""
     rare = None if setup.rare is None else rare_phase.snapshot(setup.rare)
-    return setup.policy.trainable, setup.policy.opt_state, setup.data_iter.get_state(), rare
+    pacing = None if setup.pacing is None else pacing_phase.snapshot(setup.pacing)
+    return setup.policy.trainable, setup.policy.opt_state, setup.data_iter.get_state(), rare, pacing
 
 
 def _rare_state(setup: Setup) -> dict | None:
     return None if setup.rare is None else rare_phase.state(setup.rare)
 
 
-def _meta(setup: Setup, done: int, data_state: dict, rare_state: dict | None = None) -> dict:
+def _meta(setup: Setup, done: int, data_state: dict, rare_state: dict | None = None, pacing_state=None) -> dict:
     """The checkpoint's JSON dict; each feature adds its own keys (RARE: "rubrics", the rubric store, and its
-    level's state: "evidence" or "rler"; full fine-tuning: "finetune")."""
+    level's state: "evidence" or "rler"; full fine-tuning: "finetune"; the exploration bonus: "exploration_seed";
+    auto pacing: "pacing", its decision state and base answers; "entropy_head": the first steps' entropy).
+    `pacing_state`: a pacing snapshot from before an interrupted step (default the current state)."""
     meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
             "criteria": [c.id for c in setup.criteria]}
     meta.update(rare_state or {})
     if setup.exploration_seed is not None:
         meta["exploration_seed"] = setup.exploration_seed
+    if setup.pacing is not None:
+        meta["pacing"] = pacing_phase.state_dict(setup.pacing, pacing_state)
     if setup.entropy_head:
         meta["entropy_head"] = setup.entropy_head  # [{"step": s, "policy_entropy": v}] of the first steps
     if setup.policy.finetune != "lora":  # LoRA checkpoints keep the meta they always had

@@ -1,0 +1,391 @@
+"""Automatic curriculum pacing: the pure rule (rubric_jax.rewards.pacing) and the held-out evaluation
+(rubric_jax.rl.pacing_phase), on scripted readings, stand-in models and the embedded SmolLM2."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rubric_jax.data import load_jsonl
+from rubric_jax.rewards import curriculum_weights, permute_order
+from rubric_jax.rewards import pacing as P
+from rubric_jax.rl import pacing_phase as PP
+from rubric_jax.rubrics import Criterion, load_rubric
+
+CFG = P.PacingConfig(every=10, window=3, epsilon=0.02, min_interval=45, max_interval=200)
+
+
+def scripted(pos, step):
+    """Held-out readings by curriculum position: 0 rises to 0.70 by step 40 and stays; 1 is flat at 0.5 from its
+    arrival at 70; 2 gains 0.03 per reading from its arrival at 115 (never a plateau); 3, the last, is never read."""
+    if pos == 0:
+        return min(0.5 + 0.05 * (step // 10), 0.70)
+    if pos == 1:
+        return 0.5
+    if pos == 2:
+        return 0.3 + 0.03 * ((step - 115) // 10)
+    raise AssertionError(f"position {pos} read at step {step}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the rule
+
+
+def test_scripted_history_arrivals_hand_computed():
+    # 0: readings 0.50 .. 0.70 at steps 0..40, then 0.70; at 70 the last three (50, 60, 70) do not beat the best
+    #    of 0..40 (0.70): D = 0 -> plateau, 70 >= 45 -> arrives at 70.
+    # 1: flat; plateau from its 4th reading (step 100, offset 30) but min_interval 45 holds it until 115, a step
+    #    off the reading grid, decided on the readings of 70..110.
+    # 2: D = 0.09 at every reading: forced at 115 + 200 = 315 (no reading there: the arrival is forced anyway).
+    state = P.schedule(scripted, CFG, num_criteria=4, steps=400)
+    assert state.arrivals == (0, 70, 115, 315)
+    assert state.reasons == ("start", "plateau", "plateau", "max_interval")
+    steps_by_pos = {p: [s for s, q, _ in state.evaluations if q == p] for p in range(4)}
+    assert steps_by_pos[0] == list(range(0, 71, 10))
+    assert steps_by_pos[1] == [70, 80, 90, 100, 110]
+    assert steps_by_pos[2] == list(range(115, 306, 10))
+    assert steps_by_pos[3] == []  # nothing is decided after the last criterion: no reading of it
+    w_last = dict((s, w) for s, q, w in state.evaluations if q == 2)[305]
+    assert w_last == pytest.approx(0.3 + 0.03 * 19)
+
+
+def test_decide_reasons_along_the_schedule():
+    state, seen = P.PacingState(), {}
+    for step in range(0, 120):
+        if P.reading_due(state, step, CFG, 4):
+            state = P.record(state, step, scripted(state.num_active - 1, step))
+        state, arrived, reason = P.decide(state, step, CFG, 4)
+        seen[step] = reason
+        if arrived:
+            state = P.record(state, step, scripted(state.num_active - 1, step))
+    assert [seen[s] for s in (0, 20, 30, 60, 70)] == ["warmup", "warmup", "improving", "improving", "plateau"]
+    assert [seen[s] for s in (100, 114, 115, 116)] == ["min_interval", "min_interval", "plateau", "warmup"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(every=st.integers(1, 15), window=st.integers(1, 4), min_interval=st.integers(1, 60),
+       slack=st.integers(1, 80), criteria=st.integers(2, 6), seed=st.integers(0, 10_000),
+       drift=st.sampled_from([0.0, 0.01, 0.05]))
+def test_arrival_gaps_stay_within_min_and_max(every, window, min_interval, slack, criteria, seed, drift):
+    max_interval = max(min_interval, every * window) + slack
+    cfg = P.PacingConfig(every=every, window=window, epsilon=0.02, min_interval=min_interval,
+                         max_interval=max_interval)
+    noise = np.random.default_rng(seed).uniform(-0.05, 0.05, size=(criteria, 2000))
+
+    def readings(pos, step):
+        return float(np.clip(0.5 + drift * step / 10 % 0.5 + noise[pos, step], 0, 1))
+
+    state = P.schedule(readings, cfg, criteria, steps=criteria * max_interval + 1)
+    assert state.num_active == criteria  # every criterion arrives by max_interval after the one before
+    for (a, b), reason in zip(zip(state.arrivals, state.arrivals[1:]), state.reasons[1:]):
+        assert cfg.earliest_plateau <= b - a <= max_interval
+        assert (reason == "max_interval") == (b - a == max_interval)
+
+
+def test_max_interval_off_the_reading_grid():
+    cfg = P.PacingConfig(every=30, window=3, epsilon=0.02, min_interval=10, max_interval=100)
+    state = P.schedule(lambda pos, step: 0.1 + 0.002 * step, cfg, num_criteria=3, steps=300)
+    assert state.arrivals == (0, 100, 200)  # readings at 0, 30, 60, 90 keep improving; forced at exactly 100
+    assert state.reasons == ("start", "max_interval", "max_interval")
+
+
+def test_epsilon_boundary():
+    h = lambda *ws: [(10 * i, w) for i, w in enumerate(ws)]
+    assert P.plateaued(h(0.5, 0.5, 0.52, 0.51), window=3, epsilon=0.02)  # D = 0.02 exactly: no progress
+    assert not P.plateaued(h(0.5, 0.5, 0.5201, 0.51), window=3, epsilon=0.02)
+    assert not P.plateaued(h(0.5, 0.5, 0.5), window=3, epsilon=0.02)  # needs W + 1 readings
+    assert P.plateaued(h(0.7, 0.6, 0.6, 0.7), window=3, epsilon=0.0)
+    assert not P.plateaued(h(0.7, 0.6, 0.6, 0.7000001), window=3, epsilon=0.0)
+    assert P.improvement(h(0.5, 0.8, 0.6, 0.55, 0.4), window=3) == pytest.approx(0.6 - 0.8)
+    cfg = P.PacingConfig(every=10, window=3, epsilon=0.02, min_interval=30, max_interval=200)
+    at = P.PacingState(arrivals=(0,), reasons=("start",), history=tuple(h(0.5, 0.5, 0.52, 0.51)))
+    assert P.decide(at, 30, cfg, 2)[1:] == (True, "plateau")
+    above = dataclasses.replace(at, history=tuple(h(0.5, 0.5, 0.5201, 0.51)))
+    assert P.decide(above, 30, cfg, 2)[1:] == (False, "improving")
+
+
+def test_tiny_interval_config():
+    cfg = P.PacingConfig.for_interval(1)
+    assert (cfg.every, cfg.window, cfg.min_interval, cfg.max_interval) == (1, 1, 1, 2)
+    flat = P.schedule(lambda pos, step: 0.5, cfg, num_criteria=4, steps=6)
+    assert flat.arrivals == (0, 1, 2, 3)  # the fixed interval-1 schedule when nothing improves
+    rising = P.schedule(lambda pos, step: 0.1 * step, cfg, num_criteria=4, steps=8)
+    assert rising.arrivals == (0, 2, 4, 6)
+    assert set(rising.reasons[1:]) == {"max_interval"}
+
+
+def test_for_interval_scales_the_defaults():
+    assert P.PacingConfig.for_interval(100) == P.PacingConfig()
+    c = P.PacingConfig.for_interval(50)
+    assert (c.every, c.window, c.min_interval, c.max_interval) == (5, 3, 25, 100)
+    assert P.PacingConfig.for_interval(100, every=25, prompts=4).every == 25
+    with pytest.raises(ValueError, match="reward.interval"):
+        P.PacingConfig.for_interval(0)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("every", 0), ("every", 2.5), ("window", 0), ("window", True), ("epsilon", -0.01), ("epsilon", 1.0),
+    ("epsilon", math.nan), ("min_interval", 0), ("max_interval", 50), ("prompts", 0), ("seed", -1),
+])
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"pacing\.{field}"):
+        P.PacingConfig(**{field: value})
+
+
+def test_unreachable_plateau_is_an_error():
+    with pytest.raises(ValueError, match=r"pacing\.window=3.*pacing\.every=30.*never arrive"):
+        P.PacingConfig(every=30, window=3, min_interval=10, max_interval=90)
+    P.PacingConfig(every=30, window=3, min_interval=10, max_interval=91)
+
+
+def test_state_round_trip_resumes_the_same_schedule():
+    whole = P.schedule(scripted, CFG, 4, steps=400)
+    for cut in (1, 75, 112, 150):
+        part = P.schedule(scripted, CFG, 4, steps=cut)
+        restored = P.PacingState.from_dict(json.loads(json.dumps(part.to_dict())))
+        assert restored == part
+        assert P.schedule(scripted, CFG, 4, steps=400, state=restored, start=cut) == whole
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda d: d.pop("arrivals"), "arrivals"),
+    (lambda d: d.update(arrivals=[0, 70, 70]), "arrivals"),
+    (lambda d: d.update(arrivals=[5, 70]), "arrivals"),
+    (lambda d: d.update(reasons=["start"]), "reasons"),
+    (lambda d: d.update(version=2), "version"),
+    (lambda d: d.update(history=[[200, 1.5]]), "history"),
+    (lambda d: d.update(history=[[10, 0.5]]), "history"),  # before the last arrival (115)
+])
+def test_from_dict_rejects_malformed_states(edit, field):
+    d = P.schedule(scripted, CFG, 4, steps=150).to_dict()
+    edit(d)
+    with pytest.raises(ValueError, match=rf"pacing state\.{field}"):
+        P.PacingState.from_dict(d)
+
+
+@pytest.mark.parametrize("mode", ["emphasis", "equal"])
+@pytest.mark.parametrize("c", [1, 3, 13])
+def test_weights_from_state_equal_curriculum_weights(mode, c):
+    order = permute_order(c, 3)
+    for k in range(1, c + 1):
+        state = P.PacingState(arrivals=tuple(range(0, 7 * k, 7)), reasons=("start",) + ("plateau",) * (k - 1))
+        for alpha, o in ((0.5, None), (0.7, order)):
+            want = np.asarray(curriculum_weights((k - 1) * 100 + 42, c, 100, alpha, mode, order=o))
+            np.testing.assert_array_equal(P.weights_from_state(state, c, alpha, mode, order=o), want)
+    with pytest.raises(ValueError, match="active criteria"):
+        P.weights_for_active(c + 1, c)
+
+
+def test_record_and_decide_reject_inconsistent_calls():
+    s = P.record(P.PacingState(), 0, 0.5)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        P.record(s, 10, 1.2)
+    with pytest.raises(ValueError, match="step 0"):
+        P.record(s, 0, 0.5)  # two readings at one step
+    s2 = P.PacingState(arrivals=(0, 40), reasons=("start", "plateau"))
+    with pytest.raises(ValueError, match="before"):
+        P.decide(s2, 39, CFG, 3)
+    with pytest.raises(ValueError, match="rubric has 1"):
+        P.decide(s2, 50, CFG, 1)
+    assert P.decide(s2, 50, CFG, 2) == (s2, False, "complete")
+    assert not P.reading_due(s2, 50, CFG, 2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# held-out prompts and the evaluation phase
+
+
+def test_split_records_is_deterministic_and_disjoint():
+    recs = load_jsonl("creative_writing")
+    cfg = P.PacingConfig(prompts=16)
+    train, held = PP.split_records(recs, cfg, min_train=8)
+    ids = [r.id for r in held.records]
+    assert held.disjoint and len(ids) == 16 and len(train) == len(recs) - 16
+    assert not set(ids) & {r.id for r in train}
+    assert [r.id for r in train] == [r.id for r in recs if r.id not in set(ids)]  # training order kept
+    _, again = PP.split_records(recs[::-1], cfg, min_train=8)
+    assert [r.id for r in again.records] == ids  # by id, not by position in the file
+    _, other = PP.split_records(recs, dataclasses.replace(cfg, seed=1), min_train=8)
+    assert [r.id for r in other.records] != ids
+    train_all, overlap = PP.split_records(recs, cfg, min_train=len(recs) - 15)
+    assert not overlap.disjoint and len(train_all) == len(recs) and [r.id for r in overlap.records] == ids
+
+
+class FakeJudge:
+    """Stands in for Judge.pairwise_batch: the longer answer wins; records what it was asked."""
+
+    def __init__(self):
+        self.calls = []
+
+    def pairwise_batch(self, prompts, responses, criteria, *, pairing, seed, group_ids):
+        self.calls.append(([c.id for c in criteria], [list(g) for g in responses], pairing, list(group_ids)))
+        out = []
+        for a, b in responses:
+            w = 0.5 if len(a) == len(b) else float(len(a) > len(b))
+            out.append(dataclasses.make_dataclass("R", ["win_rates"])(np.array([[w], [1 - w]], np.float32)))
+        return out
+
+
+def _fake_runtime(cfg, criteria):
+    recs = load_jsonl("creative_writing")
+    _, held = PP.split_records(recs, cfg, min_train=1)
+    calls = []
+
+    def generate(model, prompt_ids):
+        calls.append((model, len(prompt_ids)))
+        return [("long answer " * 3 if model == "policy" else "short") + str(i) for i in range(len(prompt_ids))]
+
+    tok = type("Tok", (), {"encode_chat": lambda self, p, system=None: [len(p), 1, 2]})()
+    rt = PP.build(cfg, held, criteria, tok, max_new_tokens=8, generate=generate, fingerprint=lambda m: f"fp:{m}")
+    return rt, calls
+
+
+CRITS = [Criterion(id=f"c{i}", name=f"C{i}", check=f"Criterion {i}.") for i in range(3)]
+
+
+def test_advance_reads_policy_against_cached_base():
+    cfg = P.PacingConfig.for_interval(1, prompts=3)
+    rt, calls = _fake_runtime(cfg, CRITS)
+    judge = FakeJudge()
+    kw = dict(policy_model="policy", base_model="base", judge=judge)
+    w0, m0 = PP.advance(rt, 0, **kw)
+    assert m0["pacing/heldout_win_rate"] == 1.0  # row 0 is the policy's (longer) answer
+    assert m0["pacing/reason_warmup"] == 1.0 and m0["pacing/arrived"] == 0.0 and "time/pacing" in m0
+    assert judge.calls[0][0] == ["c0"] and judge.calls[0][2] == "all" and judge.calls[0][3] == [0, 1, 2]
+    assert [g[1] for g in judge.calls[0][1]] == ["short0", "short1", "short2"]
+    np.testing.assert_array_equal(w0, [1.0, 0.0, 0.0])
+    # step 1: a flat reading (1.0 again) is a plateau, criterion c1 arrives and its reference reading re-judges
+    # the answers this step already generated
+    w1, m1 = PP.advance(rt, 1, **kw)
+    assert m1["pacing/arrived"] == 1.0 and m1["pacing/reason_plateau"] == 1.0
+    assert m1["pacing/arrival_win_rate"] == 1.0 and m1["pacing/active_criteria"] == 2.0
+    assert [c[0] for c in judge.calls[1:]] == [["c0"], ["c1"]]
+    np.testing.assert_array_equal(w1, P.weights_for_active(2, 3))
+    PP.advance(rt, 2, **kw)
+    assert [m for m, _ in calls] == ["base", "policy", "policy", "policy"]  # base answered once
+    assert rt.base_generations == 1 and rt.state.arrivals == (0, 1, 2)
+    _, m3 = PP.advance(rt, 3, **kw)
+    assert m3["pacing/reason_complete"] == 1.0 and len(calls) == 4  # all criteria active: no more readings
+
+
+def test_checkpoint_entry_restores_state_and_base_cache():
+    cfg = P.PacingConfig.for_interval(1, prompts=2)
+    rt, _ = _fake_runtime(cfg, CRITS)
+    kw = dict(policy_model="policy", base_model="base", judge=FakeJudge())
+    PP.advance(rt, 0, **kw)
+    before = PP.snapshot(rt)
+    PP.advance(rt, 1, **kw)
+    entry = json.loads(json.dumps(PP.state_dict(rt, before)))  # the state from before the interrupted step
+    fresh, calls = _fake_runtime(cfg, CRITS)
+    PP.set_state(fresh, entry, "checkpoint 1")
+    assert fresh.state == before
+    PP.advance(fresh, 1, **kw)
+    assert fresh.state == rt.state and fresh.base_generations == 0 and [m for m, _ in calls] == ["policy"]
+    PP.advance(fresh, 2, **dict(kw, base_model="other base"))  # other weights: the cache no longer applies
+    assert fresh.base_generations == 1
+    with pytest.raises(ValueError, match="no pacing state"):
+        PP.set_state(fresh, None, "checkpoint 1")
+    with pytest.raises(ValueError, match="held-out prompts"):
+        PP.set_state(fresh, dict(entry, heldout=["x", "y"]), "checkpoint 1")
+
+
+def test_blocks_cover_the_prompts_in_process_order():
+    hosts = lambda i, n: type("H", (), {"index": i, "count": n})()
+    for n, count in ((16, 1), (16, 3), (2, 4)):
+        blocks = [PP._block(n, hosts(i, count)) for i in range(count)]
+        assert blocks[0][0] == 0 and blocks[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+
+
+@pytest.mark.smollm2
+@pytest.mark.slow
+def test_pacing_phase_on_smollm2(smollm2, smollm2_tokenizer):
+    from rubric_jax.judge import Judge
+
+    cfg = P.PacingConfig.for_interval(1, prompts=2)
+    _, held = PP.split_records(load_jsonl("creative_writing"), cfg, min_train=2)
+    criteria = list(load_rubric("creative_writing").criteria[:2])
+    base_calls = []
+    greedy = PP.greedy_generator(smollm2_tokenizer, max_new_tokens=4)
+
+    def generate(model, ids):
+        base_calls.append(len(ids))
+        return greedy(model, ids)
+
+    rt = PP.build(cfg, held, criteria, smollm2_tokenizer, max_new_tokens=4, generate=generate)
+    judge = Judge(smollm2, smollm2_tokenizer, lane_tokens=32, max_response_tokens=16)
+    kw = dict(policy_model=smollm2, base_model=smollm2, judge=judge)
+    _, m0 = PP.advance(rt, 0, **kw)
+    # The policy is the base: the same greedy answers, judged in both orders, tie exactly.
+    assert 0.0 <= m0["pacing/heldout_win_rate"] <= 1.0
+    assert m0["pacing/heldout_win_rate"] == pytest.approx(0.5, abs=1e-6)
+    assert len(base_calls) == 2 and rt.base_generations == 1  # base once, policy once
+    rates, _ = PP.measure(rt, [0, 1], policy_texts=["Rain taps the roof; the town sleeps.", "zzzz qqqq"], **kw)
+    assert all(0.0 <= r <= 1.0 for r in rates) and rates != [0.5, 0.5]
+    _, m1 = PP.advance(rt, 1, **kw)
+    assert 0.0 <= m1["pacing/heldout_win_rate"] <= 1.0
+    assert rt.base_generations == 1 and len(base_calls) == 3  # the second reading answered with the policy only
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# in the trainer
+
+
+@pytest.mark.slow
+def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path, monkeypatch):
+    """configs/rcrl_auto_pacing.py:tiny on a tiny random model: the weights follow the pacing state, held-out
+    prompts leave the training set, and a run killed inside step 2 and restarted logs what an uninterrupted run
+    logs, pacing readings included, without generating the base answers again."""
+    import importlib.util
+    import os
+
+    from test_trainer import kill_then_resume
+
+    from rubric_jax.rl import trainer
+    from rubric_jax.rl.checkpoint import Checkpointer
+    from rubric_jax.rl.metrics import read_metrics
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("cfg_auto", os.path.join(root, "configs", "rcrl_auto_pacing.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def cfg():
+        c = mod.get_config("tiny")
+        c.model, c.steps, c.max_completion_len, c.tensorboard = tiny_qwen3[0], 4, 8, False
+        c.checkpoint.every = 2
+        return c
+
+    generated = []
+    real = PP.base_responses
+
+    def spy(rt, base_model, hosts=None):
+        before = rt.base_generations
+        out = real(rt, base_model, hosts)
+        generated.extend([1] * (rt.base_generations - before))
+        return out
+
+    monkeypatch.setattr(PP, "base_responses", spy)
+    straight, resumed = str(tmp_path / "a"), str(tmp_path / "b")
+    trainer.train(cfg(), straight)
+    assert len(generated) == 1
+    kill_then_resume(monkeypatch, lambda: trainer.train(cfg(), resumed), 2,
+                     check=lambda: Checkpointer(resumed).latest_step() == 2)
+    assert len(generated) == 2  # once per fresh run, not again on the resume
+    ma, mb = read_metrics(straight), read_metrics(resumed)
+    assert [m["step"] for m in mb] == [0, 1, 2, 3]
+    for x, y in zip(ma, mb):
+        assert x["active_criteria"] == x["pacing/active_criteria"]  # the weights follow the pacing state
+        for k in x:
+            if k.startswith("pacing/") or k == "active_criteria":
+                assert x[k] == pytest.approx(y[k], abs=1e-6), (x["step"], k)
+    assert any("pacing/heldout_win_rate" in m for m in ma)
+    _, meta = Checkpointer(resumed).restore()
+    heldout = set(meta["pacing"]["heldout"])
+    assert len(heldout) == 2 and meta["pacing"]["base_cache"]["responses"]
+    _, meta_a = Checkpointer(straight).restore()
+    assert meta_a["pacing"]["state"] == meta["pacing"]["state"]

@@ -7,7 +7,7 @@ setup(
     description="Rubric-rewarded RL (RcRL, RARE, RLMR) for open-ended generation in JAX/Flax NNX",
     python_requires=">=3.11",
     packages=find_packages(include=["rubric_jax", "rubric_jax.*", "evals", "evals.*"]),
-    package_data={"rubric_jax": ["data/*.jsonl", "rubrics/builtin/*.json"], "evals": ["data/*.jsonl"]},
+    package_data={"rubric_jax": ["data/*.jsonl", "rubrics/builtin/*.json"], "evals": ["data/*.jsonl", "data/*.json"]},
     install_requires=[
         "jax>=0.6",
         "flax>=0.11",

@@ -46,9 +46,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    """The common flags plus the chosen suite's own (its module's `add_args(parser)`, when it has one)."""
+    from evals.suites import get_module
+
+    parser = build_parser()
+    known, _ = parser.parse_known_args(argv)
+    add = getattr(get_module(known.suite), "add_args", None)
+    if add is not None:
+        add(parser.add_argument_group(f"{known.suite} suite"))
+    return parser.parse_args(argv)
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except ValueError as e:  # an unknown suite
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from evals.models import ModelSpecError
     from evals.suites import get_suite

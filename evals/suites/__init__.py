@@ -1,14 +1,26 @@
-"""Evaluation suites: name -> run(args) (args: evals.run's parsed command line)."""
+"""Evaluation suites: name -> module with `run(args)` (args: evals.run's parsed command line) and optionally
+`add_args(parser)` for the suite's own flags."""
 
 from __future__ import annotations
 
+import importlib
+
+SUITES = {
+    "pairwise_elo": "evals.suites.pairwise_elo",  # every pair of models, both orders, Bradley-Terry ratings
+    "rubric_score": "evals.suites.rubric_score",  # Creative Writing v3-style criteria scores and pairwise margins
+    "elements": "evals.suites.elements",  # stories that must weave in drawn elements, craft + integration grades
+    "health": "evals.suites.health",  # HealthBench-style per-example rubric items, met / not met
+    "fixed_rubric": "evals.suites.fixed_rubric",  # RARE's fixed script metrics + blind pairwise validation
+    "gv_gap": "evals.suites.gv_gap",  # the generation-verification gap (RcRL section 3)
+    "diagnostics": "evals.suites.diagnostics",  # distinct-n, repetition, length, entropy, foreign script
+}
+
+
+def get_module(name: str):
+    if name not in SUITES:
+        raise ValueError(f"--suite: unknown suite {name!r}; known: {sorted(SUITES)}")
+    return importlib.import_module(SUITES[name])
+
 
 def get_suite(name: str):
-    if name == "pairwise_elo":
-        from evals.suites.pairwise_elo import run
-
-        return run
-    raise ValueError(f"--suite: unknown suite {name!r}; known: {sorted(SUITES)}")
-
-
-SUITES = ("pairwise_elo",)
+    return get_module(name).run

@@ -531,7 +531,8 @@ class Judge:
         per_prompt = self._criteria_per_prompt(criteria, len(prompts))
         gen = mode == "generate"
         m_all = max(cr.max_points for crits in per_prompt for cr in crits)
-        ids = digit_token_ids(self.tokenizer, m_all)
+        # generate mode parses the written score, so scales past one digit token (0..10, 0..20) work there
+        ids = [] if gen else digit_token_ids(self.tokenizer, m_all)
         suffix_of = SuffixTable(self.prompts, "point", gen)
         mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
                                     self.config.gen_top_k, seed)) if gen else "logit"

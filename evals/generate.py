@@ -35,6 +35,12 @@ class GenSettings:
     def key(self) -> dict:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_args(cls, args) -> "GenSettings":
+        """The sampling flags every evals command shares (--max_new_tokens, --temperature, --top_k, --top_p)."""
+        return cls(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p)
+
 
 def _digest(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, ensure_ascii=False).encode()).hexdigest()

@@ -383,8 +383,7 @@ def generate_and_score(args) -> dict:
     for c in contestants:
         _check_name(c.name)
     cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    settings = GenSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p)
+    settings = GenSettings.from_args(args)
     members = load_contestants(contestants, cache_dir, announce=True)
     prompts = [ex.prompt for ex in inputs]
     models: dict[str, dict] = {}

@@ -14,6 +14,17 @@ import numpy as np
 import pytest
 
 QWEN_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_config(name, arg=None):
+    """configs/<name>.py's get_config(arg), e.g. load_config("rcrl", "tiny")."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"cfg_{name}", os.path.join(ROOT, "configs", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(arg)
 
 
 def _randomize(model, seed):

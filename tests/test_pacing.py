@@ -340,22 +340,15 @@ def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path,
     """configs/rcrl_auto_pacing.py:tiny on a tiny random model: the weights follow the pacing state, held-out
     prompts leave the training set, and a run killed inside step 2 and restarted logs what an uninterrupted run
     logs, pacing readings included, without generating the base answers again."""
-    import importlib.util
-    import os
-
+    from conftest import load_config
     from test_trainer import kill_then_resume
 
     from rubric_jax.rl import trainer
     from rubric_jax.rl.checkpoint import Checkpointer
     from rubric_jax.rl.metrics import read_metrics
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("cfg_auto", os.path.join(root, "configs", "rcrl_auto_pacing.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-
     def cfg():
-        c = mod.get_config("tiny")
+        c = load_config("rcrl_auto_pacing", "tiny")
         c.model, c.steps, c.max_completion_len, c.tensorboard = tiny_qwen3[0], 4, 8, False
         c.checkpoint.every = 2
         return c

@@ -2,7 +2,6 @@
 dynamic sampling inside a real step (scripted rewards), and the RLMR configs on the embedded SmolLM2."""
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -22,14 +21,11 @@ from rubric_jax.rl.policy import Policy
 from rubric_jax.verifiers.constraints import parse_constraints
 from rubric_jax.verifiers.verifier import ConstraintVerifier
 
+from conftest import load_config  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_config(name, arg=None):
-    spec = importlib.util.spec_from_file_location(f"cfg_{name}", os.path.join(ROOT, "configs", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(arg)
 
 
 @st.composite

@@ -3,7 +3,6 @@ what the rcrl config trains on, the exploration projection is fixed for the run,
 progress, and a broken checkpoint file is named."""
 
 import glob
-import importlib.util
 import os
 
 import jax
@@ -18,14 +17,11 @@ from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.losses import LossConfig, finalize
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
 
+from conftest import load_config  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def load_config(name, arg=None):
-    spec = importlib.util.spec_from_file_location(f"cfg_{name}", os.path.join(ROOT, "configs", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(arg)
 
 
 def _set(c, field, value):

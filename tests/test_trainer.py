@@ -2,7 +2,6 @@
 README's main command trains on the embedded SmolLM2 and resumes."""
 
 import glob
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,17 +16,14 @@ from rubric_jax.rl.metrics import read_metrics
 from rubric_jax.rl.reward import RewardConfig, ordered_criteria, step_weights
 from rubric_jax.rubrics import load_rubric
 
+from conftest import load_config  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py")))
 TABLE3 = {"rcrl", "absolute_rar", "pairwise_rar", "dropout_rar", "absolute_rcrl", "weighting", "orderings",
           "rcrl_kl", "rcrl_exploration", "rcrl_usefulness", "health_rcrl"}
 
 
-def load_config(name, arg=None):
-    spec = importlib.util.spec_from_file_location(f"cfg_{name}", os.path.join(ROOT, "configs", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(arg)
 
 
 # The criterion schedule each Table 3 row locks in, written out by hand from the paper's settings:

@@ -345,8 +345,7 @@ def run(args) -> dict:
     prompts, types = [r["prompt"] for r in recs], [r["task"] for r in recs]
     cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
     os.makedirs(args.out, exist_ok=True)
-    settings = GenSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p)
+    settings = GenSettings.from_args(args)
     members = load_contestants(parse_models(args.models, base=args.base or None), cache_dir, announce=not args.quiet)
     names = list(members)
     pair = [s.strip() for s in args.fixed_pair.split(",") if s.strip()] or names[:2]

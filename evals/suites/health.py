@@ -290,8 +290,7 @@ def run(args) -> dict:
     prompts = [prompt_text(ex["messages"]) for ex in examples]
     cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
     os.makedirs(args.out, exist_ok=True)
-    settings = GenSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p)
+    settings = GenSettings.from_args(args)
     members = load_contestants(parse_models(args.models, base=args.base or None), cache_dir, announce=not args.quiet)
     remote = dict(timeout_s=args.remote_timeout, concurrency=args.remote_concurrency)
     scorer = make_scorer(judge_spec, cache_dir, remote=remote)

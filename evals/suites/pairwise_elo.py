@@ -97,8 +97,7 @@ def run(args) -> dict:
     os.makedirs(args.out, exist_ok=True)
     recs = load_prompts(args.data or DEFAULT_PROMPTS, args.prompts)
     prompts = [r["prompt"] for r in recs]
-    settings = GenSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p)
+    settings = GenSettings.from_args(args)
     members = load_contestants(contestants, cache_dir, announce=True)
 
     answers: dict[str, list[list[str]]] = {}

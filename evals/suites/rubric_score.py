@@ -230,8 +230,7 @@ def judge_spec(args) -> str:
 
 def generate_all(args, members: dict, prompts: list[str], seeds: list[int], cache_dir: str) -> dict:
     """answers[name][member][item] with item k sampled under seed seeds[k] (grouped so each seed is one call)."""
-    settings = GenSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                           top_p=args.top_p)
+    settings = GenSettings.from_args(args)
     answers = {}
     for name, ms in members.items():
         answers[name] = []

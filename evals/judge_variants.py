@@ -1,0 +1,199 @@
+"""Alternative pairwise judge prompts for the judge-fidelity study (`--variant NAME`).
+
+Every variant still reads the verdict from the two verdict tokens' logits at the answer cue (or, in
+generate mode, from the parsed answer line) through the real engine (`rubric_jax.judge.Judge`): same
+prefix-tree forward, same both-orders averaging, no perplexity or length prior. What changes is the text
+the judge reads, or how two readings are combined:
+
+  prompt    PromptConfig fields the engine already exposes (system line, cue, reminder, labels);
+  template  a pairwise text the engine has no field for (the question, the user-turn layout, no chat
+            template). It is installed by replacing the Judge's PromptBuilder with `TemplatePromptBuilder`,
+            whose fingerprint covers the template, so cached verdicts never cross variants. Shipping such a
+            variant as the default needs an engine hook (see `HOOK_NEEDED`);
+  invert    the question asks for the *worse* response, so P(first label) is P(first is worse);
+  members   an ensemble: the average of the members' both-orders probabilities (and of their
+            first-position probabilities), each member judged by its own Judge on the same weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Mapping
+
+from rubric_jax.judge.prompts import PAIRWISE_CUE, PAIRWISE_USER, PromptBuilder, PromptConfig, pairwise_criterion_text
+
+__all__ = ["HOOK_NEEDED", "TEMPLATES", "VARIANTS", "Template", "TemplatePromptBuilder", "Variant", "get_variant",
+           "make_judges"]
+
+# What a template variant needs from the engine before it can be a JudgeConfig default (the final report's
+# "engine hook"): the pairwise question and user layout are module constants of rubric_jax.judge.prompts.
+HOOK_NEEDED = ("PromptConfig fields pairwise_user (the user-turn layout with {PROMPT} {R1} {R2} {CRIT}), "
+               "pairwise_question / pairwise_question_gen and pairwise_chat (render through the chat template "
+               "or as plain text), read by PromptBuilder.segments and covered by PromptConfig.fingerprint; "
+               "or a Judge(prompt_builder=...) argument")
+
+_SENT = {k: f"\x00##{k}##\x00" for k in ("PROMPT", "R1", "R2", "CRIT")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Template:
+    """A pairwise judge text. `user` holds {PROMPT} {R1} {R2} {CRIT} in that order with {CRIT} last (the
+    engine shares heads and bodies in that order), plus {N1} {N2} (label names) and {QUESTION}."""
+
+    system: str | None
+    user: str
+    question: str  # {L1} {L2}
+    question_gen: str
+    reminder: str  # after the criterion, {L1} {L2}
+    cue: str
+    chat: bool = True  # False: plain text, no chat template
+
+    def text_id(self) -> str:
+        return hashlib.sha256(repr(dataclasses.astuple(self)).encode()).hexdigest()[:16]
+
+
+class TemplatePromptBuilder(PromptBuilder):
+    """A PromptBuilder whose pairwise segments come from a Template; pointwise and verify are unchanged."""
+
+    def __init__(self, tokenizer, cfg: PromptConfig, template: Template):
+        self.template = template
+        super().__init__(tokenizer, cfg)
+        self.fingerprint = hashlib.sha256((cfg.fingerprint() + template.text_id()).encode()).hexdigest()[:16]
+
+    def segments(self, kind: str, generate: bool = False) -> dict:
+        if kind != "pair":
+            return super().segments(kind, generate)
+        key = (kind, generate)
+        if key not in self._segments:
+            t = self.template
+            l1, l2 = (lab.strip() for lab in self.cfg.labels)
+            q = (t.question_gen if generate else t.question).format(L1=l1, L2=l2)
+            user = t.user.format(N1=l1, N2=l2, QUESTION=q, **_SENT)
+            cue = "" if generate else t.cue
+            if t.chat:
+                text = self.tok.chat(user, system=t.system) + cue
+            else:
+                text = (t.system + "\n\n" if t.system else "") + user + "\n\n" + cue
+            pieces, rest = [], text
+            for name in ("PROMPT", "R1", "R2", "CRIT"):
+                before, sep, rest = rest.partition(_SENT[name])
+                if not sep:
+                    raise ValueError(f"template lost the {name} placeholder (order must be PROMPT R1 R2 CRIT)")
+                pieces.append(before)
+            seg0, seg1, seg2, seg3 = (self._enc(p) for p in pieces)
+            self._segments[key] = dict(seg0=seg0, seg1=seg1, seg2=seg2, seg3=seg3, tail=rest)
+        return self._segments[key]
+
+    def suffix(self, kind: str, c, generate: bool = False) -> tuple[int, ...]:
+        if kind != "pair":
+            return super().suffix(kind, c, generate)
+        l1, l2 = (lab.strip() for lab in self.cfg.labels)
+        text = pairwise_criterion_text(c) + self.template.reminder.format(L1=l1, L2=l2)
+        return self._enc(text + self.segments(kind, generate)["tail"])
+
+
+TEMPLATES: dict[str, Template] = {
+    # Asks for the loser: a judge that leans towards "the one that looks fine" errs the other way here.
+    "worse": Template(
+        system="You compare two responses to a task on one criterion and say which one is worse.",
+        user=PAIRWISE_USER,
+        question="Which response is worse on the criterion below, the one with more problems? Reply with {L1} or "
+                 "{L2} only.",
+        question_gen="Which response is worse on the criterion below? Give one or two sentences of reasons, then a "
+                     "last line of the form \"Answer: {L1}\" or \"Answer: {L2}\".",
+        reminder="\n\nOn this criterion, is {L1} or {L2} worse?",
+        cue="Worse response:"),
+    # No chat template: the task reads like a document whose next words are the verdict.
+    "plain": Template(
+        system=None,
+        user="Task: {PROMPT}\n\nResponse {N1}: {R1}\n\nResponse {N2}: {R2}\n\n{QUESTION}\n\nCriterion: {CRIT}",
+        question="A careful editor compared the two responses on one criterion.",
+        question_gen="A careful editor compared the two responses on one criterion, gave a reason, and ended with "
+                     "a line \"Answer: {L1}\" or \"Answer: {L2}\".",
+        reminder="\n\nOn this criterion the editor preferred",
+        cue="Response", chat=False),
+    # A strict-editor system line naming the tuning kinds' defects (never the held-out ones: naming them would
+    # leak the held-out set into the prompt).
+    "defects": Template(
+        system="You are a strict editor. You compare two responses to a writing task on one criterion. A response "
+               "that stops mid-sentence, tells events out of order or repeats itself is worse.",
+        user=PAIRWISE_USER,
+        question="Read both responses to the end. Which one better satisfies the criterion below? Reply with {L1} "
+                 "or {L2} only.",
+        question_gen="Read both responses to the end. Which one better satisfies the criterion below? Give one or "
+                     "two sentences of reasons, then a last line of the form \"Answer: {L1}\" or \"Answer: {L2}\".",
+        reminder="\n\nOn this criterion, is {L1} or {L2} better?",
+        cue=PAIRWISE_CUE),
+    # Ordinal words instead of letters: the verdict " first" / " second" ends an ordinary English sentence.
+    "ordinal": Template(
+        system="You compare two responses to a task on one criterion and say which is better.",
+        user="### Task\n{PROMPT}\n\n### The first response\n{R1}\n\n### The second response\n{R2}\n\n{QUESTION}\n\n"
+             "### Criterion\n{CRIT}",
+        question="Is the first or the second response better on the criterion below?",
+        question_gen="Is the first or the second response better on the criterion below? Give one or two sentences "
+                     "of reasons, then a last line of the form \"Answer: {L1}\" or \"Answer: {L2}\".",
+        reminder="\n\nOn this criterion, is the first or the second response better?",
+        cue="The better one is the"),
+}
+# The worse question with a sentence cue, the counterpart of the cue_sentence variant (for the ensemble).
+TEMPLATES["worse_sentence"] = dataclasses.replace(TEMPLATES["worse"], cue="The worse response is Response")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    name: str
+    about: str
+    prompt: Mapping = dataclasses.field(default_factory=dict)  # PromptConfig overrides
+    template: str | None = None  # a TEMPLATES key
+    invert: bool = False
+    members: tuple[str, ...] = ()  # ensemble of other variants
+
+    @property
+    def needs_hook(self) -> bool:
+        return self.template is not None or any(get_variant(m).needs_hook for m in self.members)
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("baseline", "the engine's default pairwise prompt (JudgeConfig())"),
+    Variant("no_reminder", "no restated question after the criterion (PromptConfig.pairwise_reminder='')",
+            prompt={"pairwise_reminder": ""}),
+    Variant("cue_sentence", "answer cue 'The better response is Response' (PromptConfig.pairwise_cue)",
+            prompt={"pairwise_cue": "The better response is Response"}),
+    Variant("cue_sentence_nr", "cue_sentence without the restated question after the criterion",
+            prompt={"pairwise_cue": "The better response is Response", "pairwise_reminder": ""}),
+    Variant("cue_criterion", "answer cue 'On this criterion, the better response is Response'",
+            prompt={"pairwise_cue": "On this criterion, the better response is Response"}),
+    Variant("worse", "asks which response is worse and inverts the reading", template="worse", invert=True),
+    Variant("plain", "no chat template: a plain document ending 'the editor preferred Response'",
+            template="plain"),
+    Variant("defects", "strict-editor system line naming the tuning kinds' defects, 'read to the end'",
+            template="defects"),
+    Variant("ordinal", "'the first' / 'the second' response, verdict tokens ' first' / ' second'",
+            prompt={"labels": (" first", " second")}, template="ordinal"),
+    Variant("worse_sentence", "the worse question with the cue 'The worse response is Response'",
+            template="worse_sentence", invert=True),
+    Variant("both", "average of baseline and worse (two readings per order)", members=("baseline", "worse")),
+    Variant("both_sentence", "average of cue_sentence and worse_sentence", members=("cue_sentence", "worse_sentence")),
+)}
+
+
+def get_variant(name: str) -> Variant:
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; expected one of {sorted(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def make_judges(model, tokenizer, name: str, *, model_id: str | None = None, **config) -> list[tuple]:
+    """[(Judge, invert)] for variant `name`: one pair, or one per ensemble member. `config`: JudgeConfig
+    overrides shared by all (e.g. max_response_tokens)."""
+    from rubric_jax.judge import Judge, JudgeConfig
+
+    v = get_variant(name)
+    if v.members:
+        return [j for m in v.members for j in make_judges(model, tokenizer, m, model_id=model_id, **config)]
+    judge = Judge(model, tokenizer, JudgeConfig(), model_id=model_id, **{**config, **dict(v.prompt)})
+    if v.template is not None:
+        # replaced before any call, so every head, body, suffix and cache key comes from the template
+        judge.prompts = TemplatePromptBuilder(tokenizer, judge.config.prompt, TEMPLATES[v.template])
+    return [(judge, v.invert)]

@@ -199,9 +199,11 @@ def select_pairs(pairs, kinds: Sequence[str], limit: int = 0) -> list:
     return out
 
 
-def run_study(judges, pairs, rubric, *, modes=("logit", "hard"), prompt_types=PROMPT_TYPES, batch: int = 8) -> dict:
+def run_study(judges, pairs, rubric, *, modes=("logit", "hard"), prompt_types=PROMPT_TYPES, batch: int = 8,
+              on_block=None) -> dict:
     """{"results": {prompt type: {mode: aggregate + seconds}}, "rows": {prompt type: {mode: rows}}}.
-    judges: [(Judge, invert)] (the first one also scores pointwise)."""
+    judges: [(Judge, invert)] (the first one also scores pointwise). on_block(study so far) runs after each
+    (prompt type, mode) block, so a run stopped part-way keeps what it finished."""
     crits = [criteria_for(p, rubric) for p in pairs]
     results, rows = {}, {}
     for pt in prompt_types:
@@ -219,6 +221,8 @@ def run_study(judges, pairs, rubric, *, modes=("logit", "hard"), prompt_types=PR
             o = fig["overall"]
             print(f"[{label}] accuracy {o['accuracy']:.3f} over {o['n']} judgments in {fig['seconds']:.0f} s",
                   file=sys.stderr, flush=True)
+            if on_block is not None:
+                on_block({"results": results, "rows": rows})
     return {"results": results, "rows": rows}
 
 
@@ -376,22 +380,27 @@ def main(argv=None) -> int:
           flush=True)
     model, tokenizer = load_judge_model(args.model)
     judges = make_judges(model, tokenizer, args.variant)
-    study = run_study(judges, pairs, rubric, modes=modes, prompt_types=prompt_types, batch=args.batch)
     variant = get_variant(args.variant)
-    result = {"config": {"model": args.model, "variant": args.variant, "variant_about": variant.about,
-                         "needs_engine_hook": variant.needs_hook, "modes": modes, "prompts": prompt_types,
-                         "kinds": kinds, "limit": args.limit, "seed": args.seed, "rubric": args.rubric},
-              "counts": counts, "results": study["results"],
-              "judge_stats": [j.metrics() for j, _ in judges],
-              "rows": study["rows"], "seconds": round(time.perf_counter() - t0, 1)}
     os.makedirs(args.out, exist_ok=True)
     paths = {n: os.path.join(args.out, n) for n in ("judge_fidelity.json", "judge_fidelity.md")}
-    with open(paths["judge_fidelity.json"], "w", encoding="utf-8") as f:
-        json.dump(_strict(result), f, indent=1, allow_nan=False)
-        f.write("\n")
-    md = render_markdown(result)
-    with open(paths["judge_fidelity.md"], "w", encoding="utf-8") as f:
-        f.write(md)
+    written = {}
+
+    def write(study):
+        result = {"config": {"model": args.model, "variant": args.variant, "variant_about": variant.about,
+                             "needs_engine_hook": variant.needs_hook, "modes": modes, "prompts": prompt_types,
+                             "kinds": kinds, "limit": args.limit, "seed": args.seed, "rubric": args.rubric},
+                  "counts": counts, "results": study["results"],
+                  "judge_stats": [j.metrics() for j, _ in judges],
+                  "rows": study["rows"], "seconds": round(time.perf_counter() - t0, 1)}
+        with open(paths["judge_fidelity.json"], "w", encoding="utf-8") as f:
+            json.dump(_strict(result), f, indent=1, allow_nan=False)
+            f.write("\n")
+        written["md"] = render_markdown(result)
+        with open(paths["judge_fidelity.md"], "w", encoding="utf-8") as f:
+            f.write(written["md"])
+
+    write(run_study(judges, pairs, rubric, modes=modes, prompt_types=prompt_types, batch=args.batch, on_block=write))
+    md = written["md"]
     print(md)
     print(f"wrote {paths['judge_fidelity.json']} and {paths['judge_fidelity.md']}")
     return 0

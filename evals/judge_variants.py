@@ -154,6 +154,9 @@ class Variant:
         return self.template is not None or any(get_variant(m).needs_hook for m in self.members)
 
 
+# Measured on SmolLM2-135M-Instruct (pairwise, logit, first 12 pairs per kind): tuning kinds baseline 0.54,
+# cue_sentence 0.79, cue_sentence_nr 0.80; held-out kinds 0.64, 0.68, 0.68. The sentence cue turns the verdict
+# into the natural next word; the template variants stayed near chance on the tuning kinds.
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("baseline", "the engine's default pairwise prompt (JudgeConfig())"),
     Variant("no_reminder", "no restated question after the criterion (PromptConfig.pairwise_reminder='')",

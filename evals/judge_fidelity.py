@@ -48,6 +48,7 @@ from typing import Sequence
 import numpy as np
 
 from evals.judge_pairs import HELD_OUT_KINDS, KINDS, TUNING_KINDS, build_pairs, criteria_for, load_answers
+from evals.report import strict_json
 
 __all__ = ["MODES", "PROMPT_TYPES", "aggregate", "main", "pairwise_figures", "pointwise_figures", "render_markdown",
            "run_study"]
@@ -328,16 +329,6 @@ def load_judge_model(spec: str):
     return member.model, member.tokenizer
 
 
-def _strict(x):
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_strict(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def build_parser() -> argparse.ArgumentParser:
     from evals.judge_variants import VARIANTS
 
@@ -393,7 +384,7 @@ def main(argv=None) -> int:
                   "judge_stats": [j.metrics() for j, _ in judges],
                   "rows": study["rows"], "seconds": round(time.perf_counter() - t0, 1)}
         with open(paths["judge_fidelity.json"], "w", encoding="utf-8") as f:
-            json.dump(_strict(result), f, indent=1, allow_nan=False)
+            json.dump(strict_json(result), f, indent=1, allow_nan=False)
             f.write("\n")
         written["md"] = render_markdown(result)
         with open(paths["judge_fidelity.md"], "w", encoding="utf-8") as f:

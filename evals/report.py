@@ -188,12 +188,12 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _strict(x):
+def strict_json(x):
     """Non-finite floats -> None so results.json is strict JSON."""
     if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
+        return {k: strict_json(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
+        return [strict_json(v) for v in x]
     if isinstance(x, (float, np.floating)) and not math.isfinite(float(x)):
         return None
     return x
@@ -205,7 +205,7 @@ def write_report(result: dict, out_dir: str, *, title: str) -> dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name)
              for name in ("results.json", "report.md", "ratings.png", "win_rates.png")}
-    payload = _strict(json.loads(json.dumps({"title": title, **result}, default=_json_default)))
+    payload = strict_json(json.loads(json.dumps({"title": title, **result}, default=_json_default)))
     tmp = paths["results.json"] + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(payload, f, indent=2, allow_nan=False)

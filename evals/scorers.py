@@ -18,6 +18,7 @@ A remote scorer always asks for the scores in text and parses them (rubric_jax.r
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 from typing import Sequence
@@ -37,7 +38,7 @@ def _criterion_key(c: Criterion) -> str:
     return _digest(c.id, c.name, c.check, c.max_points, c.scoring, *c.levels)
 
 
-class _CachedScorer:
+class _CachedScorer(abc.ABC):
     name: str
     fingerprint: str
 
@@ -73,8 +74,9 @@ class _CachedScorer:
                                        {"points": None if np.isnan(v) else float(v)})
         return out
 
+    @abc.abstractmethod
     def _score(self, prompt: str, answers: list[str], criteria: list[Criterion]) -> np.ndarray:
-        raise NotImplementedError
+        """(len(answers), len(criteria)) points for the answers the cache lacks, NaN where unreadable."""
 
 
 class LocalScorer(_CachedScorer):

@@ -46,6 +46,7 @@ from rubric_jax.judge.verify import verify_batch
 from rubric_jax.rewards.rlmr import verifier_precision_recall
 from rubric_jax.verifiers.constraints import Constraint, check_program, parse_constraint
 from rubric_jax.verifiers.text_units import count_words, split_sentences
+from evals.report import strict_json
 
 __all__ = ["KINDS", "MODES", "ProgrammaticItem", "format_table", "main", "programmatic_items", "run_study",
            "score"]
@@ -350,17 +351,6 @@ def build_judge(model: str):
     return Judge(load_model(model, dtype=jnp.float32), load_tokenizer(model))
 
 
-def _strict(x):
-    """NaN / inf -> None so the JSON is strict."""
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_strict(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m evals.verifier_study", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -392,7 +382,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     paths = {name: os.path.join(args.out, name) for name in ("verifier_study.json", "verifier_study.md")}
     with open(paths["verifier_study.json"], "w", encoding="utf-8") as f:
-        json.dump(_strict(result), f, indent=2, allow_nan=False)
+        json.dump(strict_json(result), f, indent=2, allow_nan=False)
         f.write("\n")
     md = render_markdown(result, modes)
     with open(paths["verifier_study.md"], "w", encoding="utf-8") as f:

@@ -28,8 +28,10 @@ def report(phase: str, done: int, total: int, unit: str = "") -> None:
 
 
 def active() -> bool:
-    """Whether a sink listens (callers may then wait for the device to make `done` mean finished)."""
-    return bool(_sinks)
+    """Whether a sink wants exact counts now (callers may then wait for the device so that `done` means
+    finished). A sink with an `active` attribute decides (a StepPrinter only once its step has run long
+    enough to print), so short steps never wait."""
+    return bool(_sinks) and bool(getattr(_sinks[-1], "active", True))
 
 
 @contextlib.contextmanager
@@ -68,6 +70,11 @@ class StepPrinter:
         self.expected, self.announce = dict(expected or {}), announce
         self.start = self.last = clock()
         self.phase, self.phase_start = None, self.start
+
+    @property
+    def active(self) -> bool:
+        """Exact counts matter only once a line may be printed: before that, callers need not wait."""
+        return self.enabled and self.clock() - self.start >= self.interval
 
     def __call__(self, phase: str, done: int, total: int, unit: str = "") -> None:
         now = self.clock()

@@ -31,6 +31,7 @@ import sys
 from typing import Sequence
 
 import numpy as np
+from evals.report import strict_json
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "rubric_jax", "data", "scripts_test.jsonl")
@@ -388,7 +389,7 @@ def run(args) -> dict:
     title = args.title or f"fixed_rubric: {', '.join(names)} ({len(recs)} requests)"
     result["title"] = title
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(_strict(result), f, indent=2, allow_nan=False)
+        json.dump(strict_json(result), f, indent=2, allow_nan=False)
         f.write("\n")
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
         f.write(render_markdown(result, title))
@@ -417,18 +418,6 @@ def _pairwise(args, result, judge_spec, cache_dir, prompts, types, answers, pair
                           "outcome": outcome.tolist(),
                           **summarise_pairwise(outcome, agree, types, reps=args.bootstrap, seed=args.seed)}
     result["_jfp"] = judge.fingerprint
-
-
-def _strict(x):
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(float(x)) else None
-    if isinstance(x, (np.integer, np.bool_)):
-        return x.item()
-    return x
 
 
 def format_table(result: dict) -> str:

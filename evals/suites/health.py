@@ -38,6 +38,7 @@ import sys
 from typing import Sequence
 
 import numpy as np
+from evals.report import strict_json
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                             "health_eval.jsonl")
@@ -333,28 +334,13 @@ def run(args) -> dict:
     title = args.title or f"health: {', '.join(result['models'])} ({len(examples)} examples)"
     result["title"] = title
     with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(_strict(result), f, indent=2, allow_nan=False)
+        json.dump(strict_json(result), f, indent=2, allow_nan=False)
         f.write("\n")
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
         f.write(render_markdown(result, title))
     plot_scores(result, os.path.join(args.out, "health_scores.png"), title)
     print(format_table(result), flush=True)
     return result
-
-
-def _strict(x):
-    """Non-finite floats -> None (strict JSON)."""
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_strict(v) for v in x]
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(float(x)) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
 
 
 def format_table(result: dict) -> str:

@@ -37,7 +37,6 @@ ETA) goes to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -48,7 +47,7 @@ from typing import Sequence
 import numpy as np
 
 from evals.judge_pairs import HELD_OUT_KINDS, KINDS, TUNING_KINDS, build_pairs, criteria_for, load_answers
-from evals.report import strict_json
+from evals.report import write_json
 
 __all__ = ["MODES", "PROMPT_TYPES", "aggregate", "main", "pairwise_figures", "pointwise_figures", "render_markdown",
            "run_study"]
@@ -383,9 +382,7 @@ def main(argv=None) -> int:
                   "counts": counts, "results": study["results"],
                   "judge_stats": [j.metrics() for j, _ in judges],
                   "rows": study["rows"], "seconds": round(time.perf_counter() - t0, 1)}
-        with open(paths["judge_fidelity.json"], "w", encoding="utf-8") as f:
-            json.dump(strict_json(result), f, indent=1, allow_nan=False)
-            f.write("\n")
+        write_json(paths["judge_fidelity.json"], result, indent=1)
         written["md"] = render_markdown(result)
         with open(paths["judge_fidelity.md"], "w", encoding="utf-8") as f:
             f.write(written["md"])

@@ -189,14 +189,28 @@ def _json_default(o):
 
 
 def strict_json(x):
-    """Non-finite floats -> None so results.json is strict JSON."""
+    """A JSON-ready copy of `x`: numpy arrays and scalars become lists and numbers, non-finite floats None."""
     if isinstance(x, dict):
         return {k: strict_json(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return strict_json(x.tolist())
     if isinstance(x, (list, tuple)):
         return [strict_json(v) for v in x]
-    if isinstance(x, (float, np.floating)) and not math.isfinite(float(x)):
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def write_json(path: str, obj, indent: int = 2) -> str:
+    """Writes strict_json(obj) to `path` through a temporary file, so a crash mid-write leaves the old file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(strict_json(obj), f, indent=indent, allow_nan=False, default=_json_default)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
 
 
 def write_report(result: dict, out_dir: str, *, title: str) -> dict[str, str]:
@@ -205,12 +219,7 @@ def write_report(result: dict, out_dir: str, *, title: str) -> dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = {name: os.path.join(out_dir, name)
              for name in ("results.json", "report.md", "ratings.png", "win_rates.png")}
-    payload = strict_json(json.loads(json.dumps({"title": title, **result}, default=_json_default)))
-    tmp = paths["results.json"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, paths["results.json"])
+    write_json(paths["results.json"], {"title": title, **result})
     plot_ratings(result, paths["ratings.png"], title=title)
     plot_win_rates(result, paths["win_rates.png"], title=f"{title}: win rates" if title else "")
     with open(paths["report.md"], "w", encoding="utf-8") as f:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -46,7 +45,7 @@ from rubric_jax.judge.verify import verify_batch
 from rubric_jax.rewards.rlmr import verifier_precision_recall
 from rubric_jax.verifiers.constraints import Constraint, check_program, parse_constraint
 from rubric_jax.verifiers.text_units import count_words, split_sentences
-from evals.report import strict_json
+from evals.report import write_json
 
 __all__ = ["KINDS", "MODES", "ProgrammaticItem", "format_table", "main", "programmatic_items", "run_study",
            "score"]
@@ -381,9 +380,7 @@ def main(argv=None) -> int:
               **result, "seconds_verifying": result["seconds"], "seconds": round(time.perf_counter() - t0, 2)}
     os.makedirs(args.out, exist_ok=True)
     paths = {name: os.path.join(args.out, name) for name in ("verifier_study.json", "verifier_study.md")}
-    with open(paths["verifier_study.json"], "w", encoding="utf-8") as f:
-        json.dump(strict_json(result), f, indent=2, allow_nan=False)
-        f.write("\n")
+    write_json(paths["verifier_study.json"], result)
     md = render_markdown(result, modes)
     with open(paths["verifier_study.md"], "w", encoding="utf-8") as f:
         f.write(md)

@@ -186,7 +186,7 @@ def plot(results: dict[str, dict[str, float]], path: str, title: str, metrics=ME
 def run(args) -> dict:
     from evals.generate import GenSettings, generate_answers
     from evals.models import ShuffledMember, load_contestants, parse_models
-    from evals.report import _json_default, _strict
+    from evals.report import write_json
     from evals.suites.pairwise_elo import DEFAULT_PROMPTS, load_prompts
 
     n = int(args.samples)
@@ -236,9 +236,7 @@ def run(args) -> dict:
                "models": results,
                "specs": {nm: [m.spec.label for m in ms] for nm, ms in members.items()},
                "fingerprints": {nm: [m.fingerprint for m in ms] for nm, ms in members.items()}}
-    payload = _strict(json.loads(json.dumps(payload, default=_json_default)))
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(payload, f, indent=2, allow_nan=False)
+    write_json(os.path.join(args.out, "results.json"), payload)
     plot(results, os.path.join(args.out, "diagnostics.png"), title)
     table = format_table(results)
     with open(os.path.join(args.out, "report.md"), "w") as f:

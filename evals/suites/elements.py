@@ -29,9 +29,10 @@ import os
 import numpy as np
 
 from evals.generate import word_count
+from evals.report import write_json
 from evals.scorers import scale_criterion
 from evals.suites.rubric_score import (DATA_DIR, add_scorer_args, diagnostics, diagnostics_md, fmt, generate_all,
-                                       heatmap, judge_spec, log, make_pointwise, write_json)
+                                       heatmap, judge_spec, log, make_pointwise)
 
 DEFAULT_ELEMENTS = os.path.join(DATA_DIR, "story_elements.json")
 KINDS = ("character", "object", "core concept", "attribute", "action", "method", "setting", "timeframe",

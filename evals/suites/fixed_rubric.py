@@ -31,7 +31,7 @@ import sys
 from typing import Sequence
 
 import numpy as np
-from evals.report import strict_json
+from evals.report import write_json
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "rubric_jax", "data", "scripts_test.jsonl")
@@ -388,9 +388,7 @@ def run(args) -> dict:
                       "metrics": {m[1]: {"category": m[0], "name": m[2]} for m in METRICS}}
     title = args.title or f"fixed_rubric: {', '.join(names)} ({len(recs)} requests)"
     result["title"] = title
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(strict_json(result), f, indent=2, allow_nan=False)
-        f.write("\n")
+    write_json(os.path.join(args.out, "results.json"), result)
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
         f.write(render_markdown(result, title))
     plot(result, os.path.join(args.out, "fixed_rubric.png"), title)

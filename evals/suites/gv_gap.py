@@ -266,7 +266,7 @@ def run(args) -> dict:
     from evals.generate import GenSettings, generate_answers
     from evals.judges import OVERALL, make_judge
     from evals.models import load_contestants, parse_models
-    from evals.report import _json_default, _strict
+    from evals.report import strict_json, write_json
     from evals.suites.pairwise_elo import DEFAULT_PROMPTS, load_prompts
 
     n = int(args.samples)
@@ -352,10 +352,10 @@ def run(args) -> dict:
     }
     title = args.title or f"gv_gap: {policy.name} judged by {args.judge} ({len(prompts)} prompts x {n} samples)"
     result["title"] = title
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(_strict(json.loads(json.dumps(result, default=_json_default))), f, indent=2, allow_nan=False)
-    _plot(_strict(json.loads(json.dumps(stats, default=_json_default))), os.path.join(args.out, "gv_gap.png"), title)
-    table = format_table(_strict(json.loads(json.dumps(stats, default=_json_default))))
+    write_json(os.path.join(args.out, "results.json"), result)
+    stats = strict_json(stats)
+    _plot(stats, os.path.join(args.out, "gv_gap.png"), title)
+    table = format_table(stats)
     note = ("**Self-referential**: no --reference_judge, so the judge is its own reference: ranked-pair "
             "accuracy (b) is 1 by construction and the gap uses the known pairs (a); generation is the judge "
             "grading its own pick (>= 0.5 by construction), not an independent measure of quality." if self_ref else

@@ -38,7 +38,7 @@ import sys
 from typing import Sequence
 
 import numpy as np
-from evals.report import strict_json
+from evals.report import write_json
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                             "health_eval.jsonl")
@@ -333,9 +333,7 @@ def run(args) -> dict:
                       "bootstrap_reps": args.bootstrap, "level": level, "met_threshold": MET_THRESHOLD}
     title = args.title or f"health: {', '.join(result['models'])} ({len(examples)} examples)"
     result["title"] = title
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(strict_json(result), f, indent=2, allow_nan=False)
-        f.write("\n")
+    write_json(os.path.join(args.out, "results.json"), result)
     with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
         f.write(render_markdown(result, title))
     plot_scores(result, os.path.join(args.out, "health_scores.png"), title)

@@ -46,6 +46,7 @@ import sys
 import numpy as np
 
 from evals.generate import GenSettings, generate_answers, word_count
+from evals.report import write_json
 from evals.scorers import scale_criterion
 from rubric_jax.rubrics.types import Criterion
 
@@ -289,15 +290,6 @@ def heatmap(mat: np.ndarray, rows: list[str], cols: list[str], path: str, *, tit
     fig.savefig(path)
     plt.close(fig)
     return path
-
-
-def write_json(path: str, obj) -> None:
-    from evals.report import _json_default, _strict
-
-    payload = _strict(json.loads(json.dumps(obj, default=_json_default)))
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2, allow_nan=False)
-        f.write("\n")
 
 
 def fmt(x, nd: int = 2) -> str:

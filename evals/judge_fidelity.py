@@ -9,9 +9,10 @@ For each pair (better, worse) and each of its criteria:
 
   pairwise   both orders are judged (better first, then worse first). p_better is the engine's
              both-orders probability that the better answer wins (logit: the two readings averaged;
-             hard and generate: the argmax verdict of each order, 1/2 when the orders disagree). The
+             sign: 1 or 0 by which side of 1/2 the logit average falls; hard and generate: the argmax
+             verdict of each order, 1/2 when the orders disagree). The
              judgment is RIGHT when p_better > 0.5; exactly 0.5 (a tie) counts as WRONG.
-  pointwise  each answer is scored on the criterion's 0..m scale (logit: expected score; hard: argmax;
+  pointwise  each answer is scored on the criterion's 0..m scale (logit: expected score; sign, hard: argmax;
              generate: parsed). RIGHT when the better answer's score is strictly higher; a tie, or an
              unreadable score on either side, counts as WRONG.
 
@@ -25,7 +26,7 @@ kind groups separately (n counts (pair, criterion) judgments):
   order_agree    pairwise only: fraction whose two orders pick the same answer;
   invalid        fraction of unreadable readings (generate mode).
 
-    python -m evals.judge_fidelity --out=DIR [--modes=logit,hard,generate] [--prompts=pairwise,pointwise]
+    python -m evals.judge_fidelity --out=DIR [--modes=logit,sign,hard,generate] [--prompts=pairwise,pointwise]
         [--kinds=tuning|held_out|all|KIND,...] [--limit=N] [--model=SPEC] [--variant=NAME] [--seed=0]
 
 --limit N keeps the first N pairs of each kind. --variant picks a pairwise prompt from
@@ -53,7 +54,7 @@ __all__ = ["MODES", "PROMPT_TYPES", "aggregate", "main", "pairwise_figures", "po
            "run_study"]
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-MODES = ("logit", "hard", "generate")
+MODES = ("logit", "sign", "hard", "generate")
 PROMPT_TYPES = ("pairwise", "pointwise")
 GROUPS = ("tuning", "held_out")
 
@@ -335,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--model", default=DEFAULT_MODEL, help="judge model spec (evals.models)")
-    p.add_argument("--modes", default="logit,hard", help="comma-separated subset of logit,hard,generate")
+    p.add_argument("--modes", default="logit,hard", help="comma-separated subset of logit,sign,hard,generate")
     p.add_argument("--prompts", default="pairwise,pointwise", help="comma-separated subset of pairwise,pointwise")
     p.add_argument("--kinds", default="all", help="tuning, held_out, all, or a comma-separated list of kinds")
     p.add_argument("--limit", type=int, default=0, help="first N pairs of each kind (0 = all)")
@@ -351,7 +352,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         modes = _list(args.modes, MODES, "modes")
-        modes = [m for m in MODES if m in modes]  # logit before hard: hard reads logit's cached verdicts
+        modes = [m for m in MODES if m in modes]  # logit first: sign and hard read its cached verdicts
         prompt_types = _list(args.prompts, PROMPT_TYPES, "prompts")
         kinds = parse_kinds(args.kinds)
         if args.limit < 0 or args.batch < 1:

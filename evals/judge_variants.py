@@ -154,11 +154,14 @@ class Variant:
         return self.template is not None or any(get_variant(m).needs_hook for m in self.members)
 
 
-# Measured on SmolLM2-135M-Instruct (pairwise, logit, first 12 pairs per kind): tuning kinds baseline 0.54,
+# Measured on SmolLM2-135M-Instruct (pairwise, logit, first 12 pairs per kind): tuning kinds colon_cue 0.54,
 # cue_sentence 0.79, cue_sentence_nr 0.80; held-out kinds 0.64, 0.68, 0.68. The sentence cue turns the verdict
-# into the natural next word; the template variants stayed near chance on the tuning kinds.
+# into the natural next word, and became the engine's default (so "baseline" now equals cue_sentence;
+# "colon_cue" is the default before the study); the template variants stayed near chance on the tuning kinds.
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("baseline", "the engine's default pairwise prompt (JudgeConfig())"),
+    Variant("colon_cue", "the default before the fidelity study: answer cue 'Better response:'",
+            prompt={"pairwise_cue": "Better response:"}),
     Variant("no_reminder", "no restated question after the criterion (PromptConfig.pairwise_reminder='')",
             prompt={"pairwise_reminder": ""}),
     Variant("cue_sentence", "answer cue 'The better response is Response' (PromptConfig.pairwise_cue)",
@@ -176,7 +179,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             prompt={"labels": (" first", " second")}, template="ordinal"),
     Variant("worse_sentence", "the worse question with the cue 'The worse response is Response'",
             template="worse_sentence", invert=True),
-    Variant("both", "average of baseline and worse (two readings per order)", members=("baseline", "worse")),
+    Variant("both", "average of colon_cue and worse (two readings per order)", members=("colon_cue", "worse")),
     Variant("both_sentence", "average of cue_sentence and worse_sentence", members=("cue_sentence", "worse_sentence")),
 )}
 

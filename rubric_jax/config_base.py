@@ -65,12 +65,14 @@ def base_config() -> ml_collections.ConfigDict:
         eps_low=0.2, eps_high=0.2, dual_clip=0.0,  # 0 disables the dual clip
         kl_coef=0.0, kl_kind="k3",
         num_iterations=1, micro_batch_size=2, max_bad_steps=5))  # 8 completions = 4 x 2
-    c.judge = ml_collections.ConfigDict(dict(mode="logit", pairing="all", max_response_tokens=1024))
+    # mode: sign (default: discrete verdicts from the order-averaged preference) | logit | hard | generate
+    c.judge = ml_collections.ConfigDict(dict(mode="sign", pairing="all", max_response_tokens=1024))
     c.reward = ml_collections.ConfigDict(dict(
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
         usefulness_coef=0.0, verifier_flip=0.0,
-        pacing="fixed"))  # fixed: one criterion every `interval` steps | auto: when held-out quality plateaus
+        pacing="fixed"))  # fixed: one criterion every `interval` steps | auto: when held-out quality plateaus |
+    # monitor: the fixed schedule, with auto's held-out readings logged (to compare the two)
     # reward.pacing="auto" (rubric_jax.rewards.pacing; docs/method.md): every `every` steps the policy's greedy
     # answers to `prompts` held-out prompts meet the base's on the newest criterion; the next criterion arrives
     # when that win rate gained <= epsilon over the last `window` readings, between min_interval and

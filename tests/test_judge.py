@@ -66,7 +66,7 @@ def _softmax(x):
 
 @pytest.mark.slow
 def test_prefix_shared_equals_full_sequences(judge, tiny_qwen3_model, qwen_tokenizer):
-    res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
+    res = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
     pts = judge.pointwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
     pb = PromptBuilder(qwen_tokenizer)
     p_ids = qwen_tokenizer.encode(PROMPT)
@@ -91,7 +91,8 @@ def test_prefix_shared_equals_full_sequences(judge, tiny_qwen3_model, qwen_token
     assert text.startswith("<|im_start|>system") and RESPONSES[0] in text and RESPONSES[1] in text
     assert text.index(RESPONSES[0]) < text.index(RESPONSES[1]) and text.endswith(PromptConfig().pairwise_cue)
     # unshared full-sequence scoring through the engine agrees too
-    unshared = Judge(tiny_qwen3_model, qwen_tokenizer, sharing="none").pairwise(PROMPT, RESPONSES, CRITERIA)
+    unshared = Judge(tiny_qwen3_model, qwen_tokenizer, sharing="none").pairwise(PROMPT, RESPONSES, CRITERIA,
+                                                                                 mode="logit")
     np.testing.assert_allclose(unshared.p, res.p, atol=1e-4)
 
 
@@ -104,9 +105,12 @@ def test_unrolled_layers_match_scan(tiny_qwen3_model, qwen_tokenizer, judge):
 
 
 def test_both_orders_sum_to_one(judge, tiny_qwen3_model, qwen_tokenizer):
-    res = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
-    p = pairwise(tiny_qwen3_model, qwen_tokenizer, PROMPT, RESPONSES, CRITERIA)  # the public function
+    res = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
+    p = pairwise(tiny_qwen3_model, qwen_tokenizer, PROMPT, RESPONSES, CRITERIA, mode="logit")  # the public function
     np.testing.assert_allclose(p, res.p, atol=1e-6)
+    # its default is JudgeConfig's: sign
+    p_default = pairwise(tiny_qwen3_model, qwen_tokenizer, PROMPT, RESPONSES, CRITERIA)
+    np.testing.assert_array_equal(p_default, np.where(res.p > 0.5, 1.0, np.where(res.p < 0.5, 0.0, 0.5)))
     g, c = len(RESPONSES), len(CRITERIA)
     assert res.p.shape == (g, g, c)
     off = ~np.eye(g, dtype=bool)
@@ -123,7 +127,7 @@ def test_both_orders_sum_to_one(judge, tiny_qwen3_model, qwen_tokenizer):
 
 
 def test_hard_mode(judge):
-    soft = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
+    soft = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
     hard = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="hard")
     g = len(RESPONSES)
     off = ~np.eye(g, dtype=bool)
@@ -134,6 +138,28 @@ def test_hard_mode(judge):
     np.testing.assert_array_equal(hard.p[off], expect[off])
     # hard mode reuses the cached verdicts of the soft pass: no new model work
     assert hard.metrics["judgments"] == soft.metrics["judgments"]
+
+
+def test_sign_mode_and_the_spread_of_every_readout(judge):
+    assert judge.config.mode == "sign"  # the default
+    soft = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
+    sign = judge.pairwise(PROMPT, RESPONSES, CRITERIA)
+    hard = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="hard")
+    off = ~np.eye(len(RESPONSES), dtype=bool)
+    # sign: the logit mode's order-averaged p compared with 1/2
+    want = np.where(soft.p > 0.5, 1.0, np.where(soft.p < 0.5, 0.0, 0.5))
+    np.testing.assert_array_equal(sign.p[off], want[off])
+    np.testing.assert_array_equal(sign.p_first, soft.p_first)
+    # each result reports the spread every readout of its verdicts gives (std over the group, mean over criteria)
+    for name, res in (("logit", soft), ("sign", sign), ("hard", hard)):
+        expect = float(np.asarray(res.win_rates).std(axis=0).mean())
+        for other in (soft, sign, hard):
+            assert other.metrics[f"spread_{name}"] == pytest.approx(expect, abs=1e-6)
+    assert sign.metrics["spread_sign"] > soft.metrics["spread_logit"]  # discrete verdicts spread the win rates
+    # pointwise scores have no orders to average: sign reads the expected score, as logit does
+    crit = Rubric(name="r", criteria=tuple(CRITERIA))
+    np.testing.assert_array_equal(judge.pointwise(PROMPT, RESPONSES, crit).scores,
+                                  judge.pointwise(PROMPT, RESPONSES, crit, mode="logit").scores)
 
 
 @pytest.mark.slow

@@ -272,6 +272,43 @@ def test_advance_reads_policy_against_cached_base():
     assert m3["pacing/reason_complete"] == 1.0 and len(calls) == 4  # all criteria active: no more readings
 
 
+def test_decide_fixed_follows_the_fixed_curriculum():
+    # interval 3, 4 criteria: arrivals at 0, 3, 6, 9 whatever the readings, weights equal curriculum_weights
+    state = P.PacingState()
+    seen = []
+    for step in range(12):
+        if step % 2 == 0 and state.num_active < 4:
+            state = P.record(state, step, 0.9 if step % 4 else 0.1)  # readings do not move the schedule
+        state, arrived, reason = P.decide_fixed(state, step, 3, 4)
+        seen.append(reason)
+        np.testing.assert_array_equal(P.weights_from_state(state, 4), np.asarray(curriculum_weights(step, 4, 3)))
+    assert state.arrivals == (0, 3, 6, 9) and state.reasons == ("start", "schedule", "schedule", "schedule")
+    assert seen[:4] == ["scheduled", "scheduled", "scheduled", "schedule"] and seen[-1] == "complete"
+    assert P.PacingState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+    with pytest.raises(ValueError, match="skipped"):
+        P.decide_fixed(P.PacingState(), 6, 3, 4)  # two criteria due at once
+    with pytest.raises(ValueError, match="interval"):
+        P.decide_fixed(P.PacingState(), 0, 0, 4)
+
+
+def test_monitor_mode_reads_but_keeps_the_fixed_schedule():
+    cfg = P.PacingConfig.for_interval(2, prompts=3)  # every 1, min 1, max 4, window 3
+    rt, calls = _fake_runtime(cfg, CRITS)
+    rt.fixed_interval = 2
+    judge = FakeJudge()
+    kw = dict(policy_model="policy", base_model="base", judge=judge)
+    got = [PP.advance(rt, t, **kw) for t in range(6)]
+    # readings every step until all are active (flat at 1.0: a plateau the auto rule would act on at step 3),
+    # arrivals at 0, 2, 4 only
+    assert [m.get("pacing/heldout_win_rate") for _, m in got] == [1.0, 1.0, 1.0, 1.0, 1.0, None]
+    assert "pacing/arrival_win_rate" in got[2][1] and "pacing/arrival_win_rate" not in got[4][1]  # the last: none
+    assert [m["pacing/arrived"] for _, m in got] == [0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert got[2][1]["pacing/reason_schedule"] == 1.0 and got[3][1]["pacing/reason_scheduled"] == 1.0
+    assert rt.state.arrivals == (0, 2, 4)
+    for t, (w, _) in enumerate(got):
+        np.testing.assert_array_equal(w, np.asarray(curriculum_weights(t, 3, 2)))
+
+
 def test_checkpoint_entry_restores_state_and_base_cache():
     cfg = P.PacingConfig.for_interval(1, prompts=2)
     rt, _ = _fake_runtime(cfg, CRITS)

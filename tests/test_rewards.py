@@ -20,6 +20,7 @@ from rubric_jax.rewards import (
     first_win_probs,
     flip_labels,
     hard_verdicts,
+    sign_verdicts,
     invalid_fraction,
     linear_mix,
     mask_from_pairs,
@@ -126,6 +127,25 @@ def test_hard_verdicts_hand():
     # an exact tie in one order counts half: 0 ties first, and loses as second -> (0.5 + 0)/2
     tie = np.array([[[0, 0], [1.0, 1.0]], [[2.0, 0.0], [0, 0]]], np.float32)
     np.testing.assert_array_equal(hard_verdicts(tie), [[0.5, 0.25], [0.75, 0.5]])
+
+
+def test_sign_verdicts_hand():
+    # P_FIRST's pair (1,2): each order names the first slot (0.7, 0.9), which hard mode ties; the average
+    # p(1 > 2) = (0.7 + 1 - 0.9) / 2 = 0.4 < 1/2, so sign mode gives the pair to 2
+    want = np.array([[0.5, 1.0, 1.0], [0.0, 0.5, 0.0], [0.0, 1.0, 0.5]])
+    np.testing.assert_array_equal(sign_verdicts(P_FIRST), want)
+    np.testing.assert_allclose(win_rates(sign_verdicts(P_FIRST)), [1.0, 0.0, 0.5])
+    # the same comparison as the logit mode's with 1/2, and an exact 1/2 stays a tie
+    rng = np.random.default_rng(0)
+    p = rng.uniform(size=(5, 5, 2)).astype(np.float32)
+    p[0, 1, 0], p[1, 0, 0] = 0.8, 0.2  # symmetrised p(0 > 1) = (0.8 + 1 - 0.2) / 2 = 0.8
+    p[2, 3, 1], p[3, 2, 1] = 0.6, 0.4  # (0.6 + 0.6) / 2 = 0.6
+    p[0, 4, 0] = p[4, 0, 0] = 0.3  # (0.3 + 0.7) / 2 = 1/2: a tie
+    sym, sg = np.asarray(symmetrize(p)), np.asarray(sign_verdicts(p))
+    off = ~np.eye(5, dtype=bool)
+    assert sg[0, 4, 0] == sg[4, 0, 0] == 0.5
+    np.testing.assert_array_equal(sg[off], np.where(sym > 0.5, 1.0, np.where(sym < 0.5, 0.0, 0.5))[off])
+    np.testing.assert_array_equal(sg + np.swapaxes(sg, 0, 1), np.ones_like(sg))
 
 
 def test_pairwise_reward_hand():

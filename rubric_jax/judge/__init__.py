@@ -1,7 +1,7 @@
 """Self-judging: rubric criteria judged by a frozen copy of the model through its own forward.
 
 Public API (docs/method.md: RcRL, RARE; docs/architecture.md: the judge forward):
-    pairwise(model, tokenizer, prompt, responses, criteria, mode="logit") -> p[G, G, C]
+    pairwise(model, tokenizer, prompt, responses, criteria, mode="sign") -> p[G, G, C]
     pointwise(model, tokenizer, prompt, responses, criteria, mode="logit") -> (s[G, C], valid[G, C])
     Judge(model, tokenizer, JudgeConfig(...))  for batching prompts, Swiss pairings, cache and stats.
 """

@@ -15,7 +15,7 @@ from rubric_jax.judge.pairings import PAIRINGS
 from rubric_jax.judge.prompts import PromptConfig
 from rubric_jax.rubrics.types import Criterion, Rubric
 
-MODES = ("logit", "hard", "generate")
+MODES = ("logit", "sign", "hard", "generate")
 SHARING = ("tree", "none")
 
 
@@ -26,7 +26,10 @@ SHARING = ("tree", "none")
 @dataclasses.dataclass(frozen=True)
 class JudgeConfig:
     prompt: PromptConfig = PromptConfig()
-    mode: str = "logit"  # logit | hard | generate
+    # logit | sign | hard | generate (docs/method.md, "Judge"). "sign" (discrete verdicts with the position
+    # preference averaged out first) is as accurate as "logit" and spreads a group's win rates far more
+    # (the judge-fidelity study, README "Judge fidelity").
+    mode: str = "sign"
     pairing: str = "all"  # all | circular | swiss
     circular_k: int = 1
     sharing: str = "tree"  # tree (prefix-shared) | none (each judgment a full sequence)
@@ -99,7 +102,7 @@ class PairwiseResult:
 
 @dataclasses.dataclass
 class PointwiseResult:
-    scores: np.ndarray  # (G, C) float: expected score (logit), argmax (hard) or parsed (generate)
+    scores: np.ndarray  # (G, C) float: expected score (logit, sign), argmax (hard) or parsed (generate)
     valid: np.ndarray  # (G, C) bool
     probs: np.ndarray  # (G, C, M + 1) distribution over digits 0..M (zeros above each m_c); NaN in generate
     max_points: np.ndarray  # (C,) m_c

@@ -14,9 +14,10 @@ Work flow of one call (several prompts can be judged together with *_batch):
   4. pad to bucketed shapes (lengths on a geometric ladder with 4 steps per octave, counts likewise)
      and run `forward.tree_score_jit` in calls of about `tokens_per_call` tokens;
   5. verdict = softmax over the verdict tokens only; both orders averaged (`rewards.symmetrize`)
-     or argmax'ed (`rewards.hard_verdicts`); health metrics from `rewards.health`.
-Modes: "logit" (soft), "hard" (argmax), "generate" (rationale then an answer line, parsed; unreadable
-answers are invalid). sharing="none" scores every judgment as one full sequence (benchmark baseline).
+     or made discrete (`rewards.sign_verdicts`, `rewards.hard_verdicts`); health metrics from `rewards.health`.
+Modes: "logit" (soft), "sign" (the sign of the order-averaged preference), "hard" (argmax per order),
+"generate" (rationale then an answer line, parsed; unreadable answers are invalid). Pointwise scores have no
+orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every judgment as one full sequence (benchmark baseline).
 
 Randomness never depends on which other prompts share a call, so a batch split over processes judges
 each group as it would have been judged in one call: Swiss pairings of group q draw from
@@ -50,7 +51,7 @@ from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_
 from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, SuffixTable, digit_token_ids
 from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
 from rubric_jax.rewards import health
-from rubric_jax.rewards.pairwise import hard_verdicts, symmetrize, win_rates
+from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 log = logging.getLogger(__name__)
@@ -499,10 +500,22 @@ class Judge:
         filled = np.where(judged, filled, 0.5).astype(np.float32)
         if mode == "logit":
             p = symmetrize(jnp.asarray(filled))
+        elif mode == "sign":
+            p = sign_verdicts(jnp.asarray(filled))
         else:  # hard, generate: argmax verdict per order, orders averaged (0.5 when they disagree)
             p = hard_verdicts(jnp.stack([jnp.asarray(filled), 1.0 - jnp.asarray(filled)], -1))
-        p = np.where(judged | np.eye(g, dtype=bool)[:, :, None], np.asarray(p), 0.5).astype(np.float32)
+        keep = judged | np.eye(g, dtype=bool)[:, :, None]
+        p = np.where(keep, np.asarray(p), 0.5).astype(np.float32)
         w = np.asarray(win_rates(jnp.asarray(p), jnp.asarray(mask)))
+        spreads = {}
+        if mode != "generate":
+            # What each readout of the same verdicts would give: the in-group spread (std over the G win rates,
+            # mean over criteria) that scales dr_grpo's advantages; logged to choose the mode on.
+            f = jnp.asarray(filled)
+            for name, pm in (("logit", symmetrize(f)), ("sign", sign_verdicts(f)),
+                             ("hard", hard_verdicts(jnp.stack([f, 1.0 - f], -1)))):
+                wm = np.asarray(win_rates(jnp.asarray(np.where(keep, np.asarray(pm), 0.5)), jnp.asarray(mask)))
+                spreads[f"spread_{name}"] = float(wm.std(axis=0).mean())
         self.stats.invalid += int((judged & ~valid).sum())
         pf0 = np.where(valid, p_first, 0.0)
         metrics = {
@@ -512,6 +525,7 @@ class Judge:
             "verdict_entropy": float(health.verdict_entropy(jnp.stack([jnp.asarray(pf0), 1.0 - jnp.asarray(pf0)], -1),
                                                             jnp.asarray(valid))),
             "order_agreement": float(health.order_agreement(jnp.asarray(filled), jnp.asarray(mask))),
+            **spreads,
         }
         return PairwiseResult(p=p, p_first=p_first, valid=valid, mask=mask.copy(), win_rates=w, metrics=metrics)
 
@@ -646,10 +660,12 @@ def get_judge(model, tokenizer, **config) -> Judge:
     return Judge(model, tokenizer, **config)
 
 
-def pairwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria, mode: str = "logit", *,
+def pairwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria, mode: str | None = None, *,
              pairing: str = "all", seed: int = 0, return_result: bool = False, **config):
     """p[G, G, C] = p_c(i > j), both presentation orders averaged (p + p^T = 1 off the diagonal,
     0.5 on the diagonal and on pairs the pairing did not judge). criteria: a Rubric or list of Criterion.
+    mode: default JudgeConfig's ("sign": 1, 0 or 1/2 by the order-averaged preference; "logit" for the
+    soft probability).
     return_result=True gives the full PairwiseResult (mask, win rates, per-order verdicts, metrics)."""
     res = get_judge(model, tokenizer, **config).pairwise(prompt, responses, criteria, mode=mode, pairing=pairing,
                                                          seed=seed)

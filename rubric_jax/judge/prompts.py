@@ -59,7 +59,10 @@ VERIFY_QUESTION = ("Does the response keep the constraint below? Judge this cons
                    "response is otherwise.")
 VERIFY_REMINDER = "\n\nIf the response keeps this constraint, answer {LP}; if it breaks it, answer {LF}."
 VERIFY_CUE = "Answer:"
-PAIRWISE_CUE = "Better response:"
+# The pairwise cue ends mid-sentence so that the verdict label is the natural next word. The judge-fidelity
+# study (evals/judge_fidelity.py, docs/method.md "Judge fidelity") measured SmolLM2-135M-Instruct at 0.54
+# accuracy on its tuning degradations with the earlier cue "Better response:" and 0.79 with this one.
+PAIRWISE_CUE = "The better response is Response"
 POINTWISE_CUE = "Score: "
 
 
@@ -67,7 +70,7 @@ POINTWISE_CUE = "Score: "
 class PromptConfig:
     """What the judge reads. Labels must be single tokens of the judge's tokenizer."""
 
-    # Verdict tokens (first response wins, second wins). With the cue ending in ":", a space-led letter is
+    # Verdict tokens (first response wins, second wins). After the cue's "Response", a space-led letter is
     # the natural next token of BPE vocabularies (" A" is one token in Qwen3 and SmolLM2); the response
     # headings use the stripped labels ("Response A").
     labels: tuple[str, str] = (" A", " B")

@@ -17,7 +17,8 @@ order is the softmax over the two label tokens only; the two orders are averaged
 which cancels a judge's preference for one letter whatever the constraint (the same device as the pairwise
 judge's two presentation orders). Every constraint and both orders of one response are lanes under one shared
 head: a response is read once however many constraints it is checked against. Mode "hard" takes each order's
-argmax instead (orders that disagree give 1/2). A response passes when p_pass >= 1/2: a verifier that cannot
+argmax instead (orders that disagree give 1/2); mode "sign" makes the order-averaged p_pass discrete (1 above
+1/2, 0 below). A response passes when p_pass >= 1/2: a verifier that cannot
 tell does not penalise. An order whose label tokens hold less than `min_verdict_mass` of the probability is
 unreadable and replaced by the other order; both unreadable -> 1/2, counted in `invalid_fraction`.
 """
@@ -72,14 +73,16 @@ def verify_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str
     """Pass probabilities of every response of every prompt against that prompt's constraint sentences.
 
     judge: a `rubric_jax.judge.Judge`; constraints[q]: the sentences of prompt q (may be empty: K = 0).
-    mode: "logit" or "hard" (default: the judge's mode, "logit" for a generate-mode judge: the verifier reads
+    mode: "logit", "sign" or "hard" (default: "hard" for a hard-mode judge, else "logit": the verifier reads
     label logits). Verdicts are cached in the judge's judgment cache like its other verdicts.
     """
     t0 = time.perf_counter()
+    # A sign-mode judge verifies in logit mode: a response passes when p_pass >= 1/2 in both, and the soft
+    # p_pass says how sure the verifier was.
     mode = mode or ("hard" if judge.config.mode == "hard" else "logit")
-    if mode not in ("logit", "hard"):
-        raise ValueError(f"the constraint verifier reads the label logits: mode must be 'logit' or 'hard', got "
-                         f"{mode!r}")
+    if mode not in ("logit", "sign", "hard"):
+        raise ValueError(f"the constraint verifier reads the label logits: mode must be 'logit', 'sign' or 'hard', "
+                         f"got {mode!r}")
     if not len(prompts) == len(responses) == len(constraints):
         raise ValueError(f"{len(prompts)} prompts, {len(responses)} response groups, {len(constraints)} "
                          f"constraint lists: one of each per prompt")
@@ -126,7 +129,10 @@ def _result(vals: np.ndarray, mode: str, min_mass: float) -> VerifyResult:
     p_keep = np.where(readable, p_keep, np.nan)
     other = p_keep[..., ::-1]
     filled = np.where(readable, p_keep, np.where(readable[..., ::-1], other, 0.5))
-    p_pass = filled.mean(-1).astype(np.float32)
+    p_pass = filled.mean(-1)
+    if mode == "sign":
+        p_pass = np.where(p_pass > 0.5, 1.0, np.where(p_pass < 0.5, 0.0, 0.5))
+    p_pass = p_pass.astype(np.float32)
     valid = readable.any(-1)
     both = readable.all(-1)
     n = max(int(both.sum()), 1)

@@ -26,6 +26,10 @@ Otherwise the reason is "min_interval" (plateau, but too soon), "warmup" (fewer 
 peak does, which is the turning point Figure 8 shows.
 
 Weights are the curriculum's (`curriculum_weights`, docs/method.md) for K = the number of arrived criteria.
+
+reward.pacing="monitor" takes the same readings but keeps the fixed schedule (`decide_fixed`: criterion n
+arrives at step (n - 1) * interval, reason "schedule"), so a fixed-paced run logs the held-out win rates an
+auto-paced run decides on, and the two can be compared.
 Everything here is pure and host-side (Python ints and floats); `PacingState` is immutable and round-trips
 through plain JSON for the checkpoint.
 """
@@ -40,10 +44,10 @@ import numpy as np
 
 from rubric_jax.rewards.curriculum import CURRICULUM_MODES, curriculum_weights
 
-PACING_MODES = ("fixed", "auto")
+PACING_MODES = ("fixed", "auto", "monitor")
 STATE_VERSION = 1
-ARRIVAL_REASONS = ("start", "plateau", "max_interval")
-REASONS = ("plateau", "max_interval", "min_interval", "warmup", "improving", "complete")
+ARRIVAL_REASONS = ("start", "plateau", "max_interval", "schedule")
+REASONS = ("plateau", "max_interval", "min_interval", "warmup", "improving", "complete", "schedule", "scheduled")
 # Win rates are means of float32 verdicts: an improvement equal to epsilon on paper must count as "not more
 # than epsilon" even when its float difference lands a few ulps above (0.52 - 0.50 > 0.02 in binary).
 _TOL = 1e-9
@@ -256,6 +260,29 @@ def decide(state: PacingState, step: int, cfg: PacingConfig, num_criteria: int) 
         reason = "plateau"
     return dataclasses.replace(state, arrivals=state.arrivals + (int(step),), reasons=state.reasons + (reason,),
                                history=()), True, reason
+
+
+def decide_fixed(state: PacingState, step: int, interval: int, num_criteria: int) -> tuple[PacingState, bool, str]:
+    """`decide` for reward.pacing="monitor": the fixed schedule K(t) = min(C, 1 + floor(t / interval))
+    (rubric_jax.rewards.curriculum.num_active) with arrivals recorded in the state, reason "schedule"; steps
+    between arrivals give "scheduled" ("complete" once all C are active). Called once per step, so K grows by at
+    most one per call; a state further behind (a step skipped) raises."""
+    if num_criteria < 1:
+        raise ValueError(f"num_criteria must be >= 1, got {num_criteria}")
+    if not _is_int(interval) or interval < 1:
+        raise ValueError(f"interval must be an int >= 1, got {interval!r}")
+    if step < state.last_arrival:
+        raise ValueError(f"step {step} is before the newest criterion's arrival at step {state.last_arrival}")
+    if state.num_active >= num_criteria:
+        return state, False, "complete"
+    k = min(num_criteria, 1 + int(step) // int(interval))
+    if k <= state.num_active:
+        return state, False, "scheduled"
+    if k > state.num_active + 1:
+        raise ValueError(f"fixed schedule: {k} criteria are due at step {step} but only {state.num_active} arrived "
+                         f"(a step was skipped)")
+    return dataclasses.replace(state, arrivals=state.arrivals + (int(step),), reasons=state.reasons + ("schedule",),
+                               history=()), True, "schedule"
 
 
 def weights_for_active(k: int, num_criteria: int, alpha: float = 0.5, mode: str = "emphasis",

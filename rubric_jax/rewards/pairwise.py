@@ -78,6 +78,24 @@ def hard_verdicts(verdict_scores_gg2: jnp.ndarray) -> jnp.ndarray:
     return symmetrize(h)
 
 
+def sign_verdicts(p_first_ggc: jnp.ndarray) -> jnp.ndarray:
+    """Discrete pairwise outcomes read from the order-averaged probability ("sign" mode).
+
+        p_sign(i > j) = 1   if p(i > j) > 1/2
+                        0   if p(i > j) < 1/2
+                        1/2 if p(i > j) = 1/2,   with p = symmetrize(p_first)
+
+    i.e. the sign of p_first[i, j] - p_first[j, i]. Hard mode takes each order's argmax before averaging, so
+    a judge whose position preference outweighs its content preference (every order names the first
+    response) ties every pair; here the position preference cancels in the average first, and the verdict is
+    then made discrete like hard mode's. Its accuracy on a pair is the logit mode's (the same comparison with
+    1/2) and its win rates are multiples of 1/(2(G-1)), as with a judge that answers with a token (the RcRL
+    paper's vLLM judge, section 3), instead of soft values near 1/2. Output (G, G) or (G, G, C), p + p^T = 1.
+    """
+    p = symmetrize(p_first_ggc)
+    return jnp.where(p > 0.5, 1.0, jnp.where(p < 0.5, 0.0, 0.5)).astype(p.dtype)
+
+
 def win_rates(p_ggc: jnp.ndarray, pair_mask_gg: jnp.ndarray | None = None) -> jnp.ndarray:
     """Per-criterion win rates over the judged opponents.
 

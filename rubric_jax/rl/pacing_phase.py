@@ -1,4 +1,5 @@
-"""The held-out evaluation behind automatic curriculum pacing (reward.pacing="auto").
+"""The held-out evaluation behind automatic curriculum pacing (reward.pacing="auto", or "monitor": the same
+readings logged while the fixed schedule decides).
 
 The rule that turns readings into arrivals is pure and lives in rubric_jax.rewards.pacing (with its source, the
 RcRL paper's pacing study and future-work section). This module takes the readings:
@@ -101,15 +102,16 @@ class PacingRuntime:
     base_cache: dict | None = None  # {"key": {...}, "responses": [str, ...]}: see base_responses
     base_generations: int = 0  # times the base answers were generated in this process (1 per run, 0 on resume)
     fingerprint: Callable[[Any], str] = model_fingerprint  # identifies the base weights in the cache key
+    fixed_interval: int = 0  # > 0: reward.pacing="monitor", arrivals on this fixed schedule (P.decide_fixed)
 
 
 def build(cfg: P.PacingConfig, heldout: HeldOut, criteria: Sequence, tokenizer, *, max_new_tokens: int,
           alpha: float = 0.5, mode: str = "emphasis", encode: Callable[[Any], list] | None = None,
           prompt_length: int | None = None, generate: Generate | None = None,
-          fingerprint: Callable[[Any], str] = model_fingerprint) -> PacingRuntime:
+          fingerprint: Callable[[Any], str] = model_fingerprint, fixed_interval: int = 0) -> PacingRuntime:
     """The runtime for a run. `encode(record) -> prompt ids` (the trainer's chat template and truncation; default
     the tokenizer's chat template); `generate` and `fingerprint` replace the greedy sampler and the weights'
-    fingerprint (tests with stand-in models)."""
+    fingerprint (tests with stand-in models); `fixed_interval` > 0 keeps the fixed schedule (monitor mode)."""
     if not criteria:
         raise ValueError("pacing needs the rubric's criteria in curriculum order")
     if not heldout.records:
@@ -117,7 +119,8 @@ def build(cfg: P.PacingConfig, heldout: HeldOut, criteria: Sequence, tokenizer, 
     encode = encode or (lambda r: tokenizer.encode_chat(r.prompt, system=r.system))
     generate = generate or greedy_generator(tokenizer, max_new_tokens, prompt_length)
     return PacingRuntime(cfg, heldout, list(criteria), [list(encode(r)) for r in heldout.records], generate,
-                         int(max_new_tokens), float(alpha), mode, fingerprint=fingerprint)
+                         int(max_new_tokens), float(alpha), mode, fingerprint=fingerprint,
+                         fixed_interval=int(fixed_interval))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -204,7 +207,8 @@ def advance(rt: PacingRuntime, step: int, *, policy_model, base_model, judge, ho
             timer=None) -> tuple[np.ndarray, dict[str, float]]:
     """Pacing for the start of `step`: (lambda_c over the criteria in curriculum order, metrics).
 
-    Reads the newest criterion when due (`rewards.pacing.reading_due`), decides (`decide`), and on an arrival
+    Reads the newest criterion when due (`rewards.pacing.reading_due`), decides (`decide`, or `decide_fixed` in
+    monitor mode), and on an arrival
     takes the new criterion's reference reading (not for the last criterion: nothing is decided after it).
     `rt.state` changes only when the whole call succeeds. With a `timer` (rl.metrics.PhaseTimer) the time is
     its phase "pacing" (time/pacing); without one the metrics carry time/pacing themselves.
@@ -226,7 +230,10 @@ def advance(rt: PacingRuntime, step: int, *, policy_model, base_model, judge, ho
             d = P.improvement(state.history, cfg.window)
             if d is not None:
                 metrics["pacing/improvement"] = d
-        state, arrived, reason = P.decide(state, step, cfg, num)
+        if rt.fixed_interval:
+            state, arrived, reason = P.decide_fixed(state, step, rt.fixed_interval, num)
+        else:
+            state, arrived, reason = P.decide(state, step, cfg, num)
         if arrived and state.num_active < num:
             (rate,), texts = measure(rt, [state.num_active - 1], policy_texts=texts, **kw)
             state = P.record(state, step, rate)
@@ -262,7 +269,7 @@ def set_state(rt: PacingRuntime, entry: dict | None, where: str) -> None:
     """Restores `state_dict`'s entry (meta["pacing"]); a missing entry or one from other held-out prompts or a
     longer rubric raises, naming `where` (e.g. "checkpoint 40 in /w/checkpoints")."""
     if entry is None:
-        raise ValueError(f"{where} holds no pacing state: it was written by a run without reward.pacing='auto' "
+        raise ValueError(f"{where} holds no pacing state: it was written by a run with reward.pacing='fixed' "
                          f"(resume with the pacing it was trained with, or start in another workdir)")
     state = P.PacingState.from_dict(entry.get("state"))
     if state.num_active > len(rt.criteria):

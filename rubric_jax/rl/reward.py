@@ -44,7 +44,9 @@ class RewardConfig:
     exploration_lambda: float = 1.0
     usefulness_coef: float = 0.0
     verifier_flip: float = 0.0  # RLMR: flip each rollout's violation flag with this probability (label noise)
-    pacing: str = "fixed"  # fixed (every `interval` steps) | auto (held-out plateau; rubric_jax.rewards.pacing)
+    # fixed (every `interval` steps) | auto (held-out plateau; rubric_jax.rewards.pacing) | monitor (fixed
+    # schedule, held-out readings logged as in auto)
+    pacing: str = "fixed"
 
     def __post_init__(self):
         if self.judging not in ("pairwise", "absolute", "rare", "rlmr"):
@@ -68,9 +70,9 @@ class RewardConfig:
             raise ValueError(f"reward.interval must be >= 1, got {self.interval}")
         if self.pacing not in PACING_MODES:
             raise ValueError(f"reward.pacing must be one of {PACING_MODES}, got {self.pacing!r}")
-        if self.pacing == "auto" and not (self.curriculum and self.judging in ("pairwise", "absolute")):
-            raise ValueError("reward.pacing='auto' paces a curriculum: it needs reward.curriculum=True and "
-                             "reward.judging pairwise or absolute")
+        if self.pacing != "fixed" and not (self.curriculum and self.judging in ("pairwise", "absolute")):
+            raise ValueError(f"reward.pacing={self.pacing!r} paces a curriculum: it needs reward.curriculum=True "
+                             "and reward.judging pairwise or absolute")
 
 
 def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
@@ -168,7 +170,8 @@ def per_prompt_metrics(rows: dict[str, Any], cfg: RewardConfig) -> dict[str, flo
 def health_metrics(health: Sequence[dict]) -> dict[str, float]:
     """judge/<figure>: each judge health figure averaged over the groups that report it."""
     out = {}
-    for k in ("position_bias", "invalid_fraction", "verdict_entropy", "order_agreement"):
+    for k in ("position_bias", "invalid_fraction", "verdict_entropy", "order_agreement", "spread_logit",
+              "spread_sign", "spread_hard"):
         vals = [h[k] for h in health if k in h]
         if vals:
             out[f"judge/{k}"] = float(np.mean(vals))

@@ -165,7 +165,7 @@ def build(config) -> Setup:
         records = [r for r in records if r.constraints]
         if not records:
             raise ValueError(f"config.data.with_constraints: no record of {config.data.path!r} has constraints")
-    if reward_cfg.pacing == "auto":  # held-out prompts leave the training set before the iterator is made
+    if reward_cfg.pacing != "fixed":  # held-out prompts leave the training set before the iterator is made
         pacing_cfg = PacingConfig.for_interval(reward_cfg.interval, **config.pacing.to_dict())
         records, heldout = pacing_phase.split_records(records, pacing_cfg, min_train=config.prompts_per_step)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
@@ -189,14 +189,17 @@ def build(config) -> Setup:
             store.initial(r)
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
                   base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()))
-    if reward_cfg.pacing == "auto":
+    if reward_cfg.pacing != "fixed":
         hosts.same([r.id for r in heldout.records], "the pacing held-out prompts")
         setup.pacing = pacing_phase.build(
             pacing_cfg, heldout, criteria, tokenizer, max_new_tokens=config.max_completion_len, alpha=reward_cfg.alpha,
-            mode=reward_cfg.weighting, encode=lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0])
+            mode=reward_cfg.weighting, encode=lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0],
+            fixed_interval=reward_cfg.interval if reward_cfg.pacing == "monitor" else 0)
         # its own judge (same weights, no copy): its 2-response groups would otherwise take compiled shapes
-        # from the training judge's budget
-        setup.pacing_judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing="all"),
+        # from the training judge's budget. A reading averages win rates over prompts, so it reads soft
+        # verdicts (logit) unless the training judge generates: discrete ones only add noise to a mean.
+        pacing_mode = "generate" if config.judge.mode == "generate" else "logit"
+        setup.pacing_judge = Judge(base_local, tokenizer, JudgeConfig(mode=pacing_mode, pairing="all"),
                                    max_response_tokens=config.judge.max_response_tokens)
     if reward_cfg.exploration_coef:
         setup.set_exploration(config.seed)

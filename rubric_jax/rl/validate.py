@@ -143,12 +143,12 @@ def _sections(config) -> None:
     _section(config, "lora", lambda: LoRAConfig(rank=config.lora.rank, alpha=config.lora.alpha,
                                                 dropout=config.lora.dropout, targets=tuple(config.lora.targets)))
     _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
-    if config.reward.pacing == "auto":
+    if config.reward.pacing != "fixed":
         from rubric_jax.rewards.pacing import PacingConfig  # noqa: PLC0415
         _section(config, "pacing", lambda: PacingConfig.for_interval(config.reward.interval, **config.pacing.to_dict()))
         if config.rubric_source != "config":
-            _fail("rubric_source", config.rubric_source, "reward.pacing='auto' paces one rubric's curriculum: it "
-                                                         "needs rubric_source='config'")
+            _fail("rubric_source", config.rubric_source, f"reward.pacing={config.reward.pacing!r} paces one rubric's "
+                                                         "curriculum: it needs rubric_source='config'")
     if config.reward.judging == "rlmr":
         _section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
     if config.reward.judging == "rare":

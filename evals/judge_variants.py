@@ -181,6 +181,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             template="worse_sentence", invert=True),
     Variant("both", "average of colon_cue and worse (two readings per order)", members=("colon_cue", "worse")),
     Variant("both_sentence", "average of cue_sentence and worse_sentence", members=("cue_sentence", "worse_sentence")),
+    Variant("cue_pair", "average of cue_sentence and cue_criterion (errors on different kinds)",
+            members=("cue_sentence", "cue_criterion")),
 )}
 
 

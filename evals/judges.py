@@ -95,7 +95,11 @@ class LocalJudge(_CachedJudge):
             raise ValueError(f"--judge: {spec!r}: a shuffled model cannot judge")
         self.member = LoadedMember(member, cache_dir)
         self.name = spec
-        self.fingerprint = _digest("local-judge-v1", self.member.fingerprint, max_response_tokens)
+        from rubric_jax.judge.prompts import PromptConfig
+
+        # the prompt text is part of the key: a changed judge prompt must not be served old verdicts
+        self.fingerprint = _digest("local-judge-v1", self.member.fingerprint, max_response_tokens,
+                                   PromptConfig(max_response_tokens=max_response_tokens).fingerprint())
         self.max_response_tokens = max_response_tokens
         self._judge_obj = None
 

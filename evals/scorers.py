@@ -96,8 +96,12 @@ class LocalScorer(_CachedScorer):
         self.name, self.mode = spec, mode
         self.max_response_tokens, self.gen_max_new_tokens, self.min_mass = (max_response_tokens, gen_max_new_tokens,
                                                                              min_mass)
+        from rubric_jax.judge.prompts import PromptConfig
+
+        # the prompt text is part of the key: a changed judge prompt must not be served old scores
         self.fingerprint = _digest("local-scorer-v1", self.member.fingerprint, mode, max_response_tokens,
-                                   gen_max_new_tokens, min_mass)
+                                   gen_max_new_tokens, min_mass,
+                                   PromptConfig(max_response_tokens=max_response_tokens).fingerprint())
         self._judge = None
 
     @property

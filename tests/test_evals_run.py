@@ -112,6 +112,21 @@ def test_fingerprint_is_over_weights_not_path(tmp_path):
     assert LoadedMember(classify(b), str(tmp_path / "cache")).fingerprint != fa
 
 
+def test_local_verdict_and_score_caches_are_keyed_by_the_judge_prompt(tmp_path, monkeypatch):
+    """A changed judge prompt (e.g. a new default cue) must not be served verdicts cached under the old one."""
+    from evals.judges import LocalJudge
+    from evals.scorers import LocalScorer
+    from rubric_jax.judge import prompts
+
+    d = _hf_dir(tmp_path / "a")
+    before = LocalJudge(d, str(tmp_path / "cache")).fingerprint, LocalScorer(d, str(tmp_path / "cache")).fingerprint
+    assert before == (LocalJudge(d, str(tmp_path / "cache")).fingerprint,
+                      LocalScorer(d, str(tmp_path / "cache")).fingerprint)
+    monkeypatch.setattr(prompts.PromptConfig, "fingerprint", lambda self: "another prompt text")
+    after = LocalJudge(d, str(tmp_path / "cache")).fingerprint, LocalScorer(d, str(tmp_path / "cache")).fingerprint
+    assert after[0] != before[0] and after[1] != before[1]
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation cache
 

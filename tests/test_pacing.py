@@ -419,3 +419,43 @@ def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path,
     assert len(heldout) == 2 and meta["pacing"]["base_cache"]["responses"]
     _, meta_a = Checkpointer(straight).restore()
     assert meta_a["pacing"]["state"] == meta["pacing"]["state"]
+
+
+def _pacing_compare():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "pacing_compare.py")
+    spec = importlib.util.spec_from_file_location("pacing_compare", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pacing_compare_summarizes_hand_made_rows(tmp_path):
+    pc = _pacing_compare()
+    rows = [
+        {"step": 0, "pacing/active_criteria": 1.0, "pacing/arrived": 0.0, "pacing/reason_warmup": 1.0,
+         "pacing/heldout_win_rate": 0.5, "time/pacing": 3.0, "time/step": 10.0, "judge/spread_logit": 0.01,
+         "judge/spread_sign": 0.5, "judge/spread_hard": 0.0},
+        {"step": 1, "pacing/active_criteria": 2.0, "pacing/arrived": 1.0, "pacing/reason_plateau": 1.0,
+         "pacing/heldout_win_rate": 0.6, "pacing/arrival_win_rate": 0.55, "time/pacing": 1.0, "time/step": 10.0,
+         "judge/spread_logit": 0.03, "judge/spread_sign": 0.25, "judge/spread_hard": 0.0},
+        {"step": 2, "pacing/active_criteria": 2.0, "pacing/arrived": 0.0, "pacing/reason_warmup": 1.0,
+         "time/step": 20.0},
+    ]
+    s = pc.summarize(rows)
+    assert s["arrivals"] == [{"step": 1, "reason": "plateau", "criteria": 2, "arrival_win_rate": 0.55}]
+    assert s["readings"] == [(0, 0.5), (1, 0.6)] and s["reading_mean"] == pytest.approx(0.55)
+    assert s["reading_last"] == 0.6 and s["criteria"] == 2 and s["steps"] == 3
+    assert s["time_pacing_s"] == 4.0 and s["pacing_share"] == pytest.approx(0.1)
+    assert s["spread_mean"] == pytest.approx({"logit": 0.02, "sign": 0.375, "hard": 0.0})
+    # a resumed run's rewritten steps: the last row of each step counts; a bad line is named
+    w = tmp_path / "w"
+    w.mkdir()
+    (w / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows + [dict(rows[1], **{"time/step": 5.0})]))
+    assert [r["time/step"] for r in pc.read_metrics(str(w))] == [10.0, 5.0, 20.0]
+    (w / "metrics.jsonl").write_text('{"step": 0}\n{oops\n')
+    with pytest.raises(ValueError, match="metrics.jsonl:2"):
+        pc.read_metrics(str(w))
+    assert "| auto |" in pc.table({"runs": {"auto": dict(s, wall_s=None)}})

@@ -47,6 +47,7 @@ from rubric_jax.rewards.health import (
     position_bias_flat,
     verdict_entropy,
 )
+from rubric_jax.rewards.listwise import listwise_preferences, listwise_scores, listwise_win_rates, presentation_orders
 from rubric_jax.rewards.pairwise import (
     all_pairs_mask,
     circular_pairs_mask,
@@ -98,6 +99,9 @@ __all__ = [
     "first_win_probs",
     "flip_labels",
     "hard_verdicts",
+    "listwise_preferences",
+    "listwise_scores",
+    "listwise_win_rates",
     "sign_verdicts",
     "introduction_steps",
     "invalid_fraction",
@@ -109,6 +113,7 @@ __all__ = [
     "order_agreement",
     "pairs_from_mask",
     "pairwise_reward",
+    "presentation_orders",
     "permute_order",
     "plateaued",
     "position_bias",

@@ -152,8 +152,9 @@ def test_gv_gap_end_to_end_on_smollm2(tmp_path):
     vk = r["verification_known"]
     assert vk["pairs"] >= 6  # 3 prompts x 3 samples, minus samples too short to degrade
     assert 0.0 <= vk["lo"] <= vk["estimate"] <= vk["hi"] <= 1.0
-    # Measured on this setting: see the suite's report in the README. At 4 x 4 with a 135M judge the
-    # interval is wide; what must hold is that it is well formed and consistent with the per-prompt counts.
+    # The judge tells a coherent answer from its degraded copies above chance, interval included (measured
+    # at this setting with the default judge prompt: 0.778 [0.667, 1.000] over 9 pairs)
+    assert vk["lo"] > 0.5, vk
     right = sum(k["right"] for p in r["per_prompt"] for k in p["known"])
     assert vk["estimate"] == pytest.approx(right / vk["pairs"])
     assert sum(v["pairs"] for v in r["verification_known_by_kind"].values()) == vk["pairs"]

@@ -354,7 +354,8 @@ def test_pacing_phase_on_smollm2(smollm2, smollm2_tokenizer):
         return greedy(model, ids)
 
     rt = PP.build(cfg, held, criteria, smollm2_tokenizer, max_new_tokens=4, generate=generate)
-    judge = Judge(smollm2, smollm2_tokenizer, lane_tokens=32, max_response_tokens=16)
+    # soft verdicts, as the trainer's pacing judge reads them (rubric_jax.rl.setup)
+    judge = Judge(smollm2, smollm2_tokenizer, mode="logit", lane_tokens=32, max_response_tokens=16)
     kw = dict(policy_model=smollm2, base_model=smollm2, judge=judge)
     _, m0 = PP.advance(rt, 0, **kw)
     # The policy is the base: the same greedy answers, judged in both orders, tie exactly.

@@ -17,7 +17,8 @@ Work flow of one call (several prompts can be judged together with *_batch):
      or made discrete (`rewards.sign_verdicts`, `rewards.hard_verdicts`); health metrics from `rewards.health`.
 Modes: "logit" (soft), "sign" (the sign of the order-averaged preference), "hard" (argmax per order),
 "generate" (rationale then an answer line, parsed; unreadable answers are invalid). Pointwise scores have no
-orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every judgment as one full sequence (benchmark baseline).
+orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every
+judgment as one full sequence (benchmark baseline).
 
 Randomness never depends on which other prompts share a call, so a batch split over processes judges
 each group as it would have been judged in one call: Swiss pairings of group q draw from

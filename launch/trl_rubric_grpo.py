@@ -7,8 +7,7 @@ The policy is the embedded GGUF loaded by transformers (torch) and trained throu
 `rubric_jax.integrations.trl.rubric_reward`, which judges every group of `--num_generations` completions with
 the frozen JAX judge on the creative-writing rubric (pairwise win rates by default, `--mode=listwise` or
 `pointwise`). `--process=subprocess` runs the judge in its own process. The default two steps (2 prompts x 4
-completions of 24 tokens, three criteria) took 17.5 minutes on a 2-core CPU shared with other work: TRL's
-torch update is most of it, the JAX judge's first compile the rest; a GPU makes it a matter of seconds.
+completions of 24 tokens, three criteria) took 17.5 minutes on a 2-core CPU shared with two other jobs.
 It prints TRL's per-step log (loss, reward, rewards/rubric_pairwise/mean, ...) and writes it to
 OUT/log_history.json.
 """

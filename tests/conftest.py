@@ -9,6 +9,16 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import shutil
+import tempfile
+
+# One persistent XLA compilation cache for the whole test session, shared by both xdist workers and by every
+# subprocess a test starts (python -m evals.run, rubric_jax.main, the multi-process runs): the embedded
+# model's judge, sampler and update programs are compiled once per session instead of once per test and per
+# subprocess. The first process to import this file (the xdist controller) picks the directory and its
+# workers inherit it through the environment; a directory the user gave JAX wins and is never removed.
+_OUR_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
+TEST_JAX_CACHE = os.environ.setdefault(
+    "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"rubric_jax_test_jax_cache_{os.getpid()}"))
 
 import numpy as np
 import pytest
@@ -141,3 +151,8 @@ def torch_logits(hf_model, tokens, attention_mask=None):
         if am is not None:
             pos = (am.cumsum(-1) - 1).clamp(min=0)
         return hf_model(input_ids=t, attention_mask=am, position_ids=pos).logits.float().numpy()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OUR_CACHE and not hasattr(session.config, "workerinput"):  # the process that picked it, workers done
+        shutil.rmtree(TEST_JAX_CACHE, ignore_errors=True)

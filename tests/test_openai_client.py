@@ -296,5 +296,7 @@ def test_remote_judge_gives_up_with_a_clear_error_and_resumes_from_its_cache(fau
         judge.p_first(*RAIN, [(0, 1), (1, 0)], [OVERALL])
     script.clear()
     counts.update({"in": 0, "forwarded": 0, "abandoned": 0})
-    p = RemoteJudge(f"openai:tiny_qwen3@{proxy}", cache).p_first(*RAIN, [(0, 1), (1, 0)], [OVERALL])
+    # a generous timeout: on a loaded machine the server's first generation (a compile) can outlast the 60 s
+    # default, and the client's retry would then forward a third request
+    p = RemoteJudge(f"openai:tiny_qwen3@{proxy}", cache, timeout_s=600).p_first(*RAIN, [(0, 1), (1, 0)], [OVERALL])
     assert p.shape == (2, 1) and counts["forwarded"] == 2  # nothing half-written was served from the cache

@@ -36,8 +36,7 @@ def serve_process(tmp_dir: str, *, max_batch: int = 8, batch_wait_ms: int = 300,
     log_path = os.path.join(tmp_dir, "server.log")
     env = dict(os.environ, JAX_PLATFORMS="cpu", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1",
                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **(extra_env or {}))
-    # Compiled programs are shared by the servers of one pytest run (the second server starts warm).
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.dirname(tmp_dir), "serve_jax_cache"))
+    # compiled programs come from the test session's shared cache (JAX_COMPILATION_CACHE_DIR, conftest.py)
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "rubric_jax.serve", f"--model={ckpt}", f"--port={port}",
                                  f"--max_batch={max_batch}", f"--batch_wait_ms={batch_wait_ms}"],

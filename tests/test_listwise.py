@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rubric_jax.judge import Judge
+from rubric_jax.judge import Judge, JudgeConfig
 from rubric_jax.judge.listwise import ListwisePrompts, listwise_batch
+from rubric_jax.judge.prompts import PromptConfig
 from rubric_jax.rewards import listwise as lw
 from rubric_jax.rubrics.types import Criterion
 
@@ -184,6 +185,41 @@ def test_batch_shapes_orders_and_bad_calls(judge):
         listwise_batch(judge, [PROMPT], [[f"r{i}" for i in range(27)]], CRITERIA[:1])
     with pytest.raises(ValueError, match="permutation"):
         listwise_batch(judge, [PROMPT], [RESPONSES], CRITERIA[:1], orders=np.array([[0, 0, 1]]))
+
+
+def test_the_listwise_pairing_of_a_judge_is_listwise_batch(judge, tiny_qwen3_model, qwen_tokenizer):
+    """judge.pairing="listwise" (the trainer's switch) hands pairwise_batch calls to listwise_batch: the same
+    orders and scores, from the cache (no new verdicts)."""
+    (want,) = listwise_batch(judge, [PROMPT], [RESPONSES], CRITERIA, mode="sign", group_ids=[4], seed=2)
+    made = judge.stats.judgments
+    (got,) = judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, mode="sign", pairing="listwise", group_ids=[4],
+                                  seed=2)
+    assert judge.stats.judgments == made
+    np.testing.assert_array_equal(got.orders, want.orders)
+    np.testing.assert_array_equal(got.win_rates, want.scores)
+    assert "top_agreement" in got.metrics
+    configured = Judge(tiny_qwen3_model, qwen_tokenizer, JudgeConfig(pairing="listwise", mode="sign"))
+    (other,) = configured.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, group_ids=[4], seed=2)
+    np.testing.assert_allclose(other.win_rates, want.scores, atol=1e-6)
+    with pytest.raises(ValueError, match="listwise"):
+        JudgeConfig(pairing="ranked")
+    with pytest.raises(ValueError, match="pairing: unknown"):
+        judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, pairing="ranked")
+
+
+def test_the_list_ceiling_shape_fits_the_longest_group_the_budgets_allow(tiny_qwen3_model, qwen_tokenizer):
+    """With a budget of two compiled shapes, the second is the ceiling. It is planned from the longest listwise
+    head (G responses at the token budget, not the pointwise head of one), so a later group of maximal
+    responses fits it and nothing more is compiled."""
+    cfg = JudgeConfig(prompt=PromptConfig(max_prompt_tokens=24, max_response_tokens=40), max_shapes=2, mode="logit")
+    j = Judge(tiny_qwen3_model, qwen_tokenizer, cfg)
+    j.reserve(CRITERIA)
+    words = lambda n, w: " ".join([w] * n)
+    for n in (2, 6, 60):  # the last is cut to 40 tokens per response
+        listwise_batch(j, [PROMPT], [[words(n, w) for w in ("red", "blue", "green")]], CRITERIA)
+    (shapes,) = [v for k, v in j._shapes.items() if k[1] == "list3"]
+    assert len(shapes) == 2, shapes
+    assert j.stats.truncations > 0
 
 
 @pytest.mark.parametrize("which", ["qwen_tokenizer", pytest.param("smollm2_tokenizer", marks=pytest.mark.smollm2)])

@@ -85,6 +85,13 @@ def test_full_finetuning_in_bfloat16_and_a_task_level_without_task_rubrics_are_r
     c = _set(load_config("rlmr", "tiny"), "rlmr.gamma", 0.0)
     with pytest.raises(validate.ConfigError, match="config.rlmr.*gamma"):
         validate.check(c)
+    # listwise judging gives win rates within a group: pointwise rewards have none, and labels stop at Z
+    for name in ("absolute_rar", "rare", "rlmr"):
+        with pytest.raises(validate.ConfigError, match="config.judge.pairing='listwise'.*reward.judging"):
+            validate.check(_set(load_config(name, "tiny"), "judge.pairing", "listwise"))
+    validate.check(_set(_set(load_config("rlmr", "tiny"), "judge.pairing", "listwise"), "rlmr.writing", "pairwise"))
+    with pytest.raises(validate.ConfigError, match="group_size 27 is over 26"):
+        validate.check(_set(load_config("rcrl_listwise", "tiny"), "group_size", 27))
 
 
 @pytest.mark.parametrize("name", sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))))

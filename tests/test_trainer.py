@@ -177,6 +177,20 @@ def test_every_config_runs_a_step(name, tiny_qwen3, tmp_path):
     assert Checkpointer(str(tmp_path)).latest_step() == steps
 
 
+@pytest.mark.slow
+def test_listwise_judging_trains_a_curriculum(tiny_qwen3, tmp_path):
+    """configs/rcrl_listwise.py: the reward phase judges each group listwise (its health figures are logged),
+    win rates still average 1/2 per group, and the curriculum's second criterion arrives at step 1."""
+    cfg = _tiny_run_config("rcrl_listwise", tiny_qwen3[0], steps=2)
+    hist = trainer.train(cfg, str(tmp_path))
+    assert [m["active_criteria"] for m in hist] == [1, 2]
+    for m in hist:
+        assert m["reward/judge_mean"] == pytest.approx(0.5, abs=1e-5)
+        assert 0.0 <= m["judge/top_agreement"] <= 1.0 and "judge/position_spread" in m
+        assert "judge/order_agreement" not in m  # a pairwise figure: the pair path did not run
+    assert np.isfinite(hist[-1]["loss"])
+
+
 def kill_then_resume(monkeypatch, run, step: int, check=lambda: True):
     """Runs `run()` with the training step `step` interrupted (KeyboardInterrupt, as a kill would), checks
     `check()`, then runs it again unharmed: the restart resumes from what the interrupted run saved."""

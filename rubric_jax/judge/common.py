@@ -12,6 +12,9 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax.judge.pairings import PAIRINGS
+
+# what `JudgeConfig.pairing` accepts: the pair schedules and listwise group judging
+GROUP_PAIRINGS = PAIRINGS + ("listwise",)
 from rubric_jax.judge.prompts import PromptConfig
 from rubric_jax.rubrics.types import Criterion, Rubric
 
@@ -30,7 +33,9 @@ class JudgeConfig:
     # preference averaged out first) is as accurate as "logit" and spreads a group's win rates far more
     # (the judge-fidelity study, README "Judge fidelity").
     mode: str = "sign"
-    pairing: str = "all"  # all | circular | swiss
+    # all | circular | swiss (pairs judged in both orders) | listwise (the whole group in one sequence per
+    # presentation and criterion, rubric_jax.judge.listwise; `pairwise_batch` hands such calls over to it)
+    pairing: str = "all"
     circular_k: int = 1
     sharing: str = "tree"  # tree (prefix-shared) | none (each judgment a full sequence)
     tokens_per_call: int = 0  # padded tokens per scoring call; 0 = 16k on CPU, 128k on accelerators
@@ -52,8 +57,8 @@ class JudgeConfig:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode: unknown {self.mode!r}; expected one of {MODES}")
-        if self.pairing not in PAIRINGS:
-            raise ValueError(f"pairing: unknown {self.pairing!r}; expected one of {PAIRINGS}")
+        if self.pairing not in GROUP_PAIRINGS:
+            raise ValueError(f"pairing: unknown {self.pairing!r}; expected one of {GROUP_PAIRINGS}")
         if self.sharing not in SHARING:
             raise ValueError(f"sharing: unknown {self.sharing!r}; expected one of {SHARING}")
         if self.max_shapes < 1:

@@ -96,6 +96,7 @@ class Judge:
         self.stats = JudgeStats()
         self._shapes: dict[tuple, list] = {}  # compiled call shapes per (kind, verdict ids)
         self._reserved: list[Criterion] = []  # criteria later calls may bring (see reserve)
+        self._limits: dict[str, tuple[int, list[int]]] = {}  # see set_limits
 
     @property
     def tokens_per_call(self) -> int:
@@ -141,16 +142,26 @@ class Judge:
         """Declares every criterion later calls may judge (e.g. a curriculum's full list), so the last
         compiled shape is planned to hold all of them at once."""
         self._reserved = as_criteria(criteria)
+        self._limits.clear()  # listwise limits are recomputed for the new reservation at their next call
+
+    def set_limits(self, kind: str, head_max: int, suffix_lengths: Sequence[int]) -> None:
+        """For a kind of sequence this engine does not build itself (listwise group prompts): the longest
+        head the token budgets allow and the suffix lengths of the reserved criteria, so that its ceiling
+        shape is planned like the built-in kinds'."""
+        self._limits[kind] = (int(head_max), [int(n) for n in suffix_lengths])
 
     def _ceiling(self, stack, kind, lanes_at):
         """The budget's last shape: every dimension at least the largest seen; lengths grown towards
         the token budgets' maxima; reads and lanes room for all reserved criteria."""
         cfg = self.config
         pc = cfg.prompt
-        head_max = len(self.prompts.head(kind, [0] * pc.max_prompt_tokens, [0] * pc.max_response_tokens))
+        if kind in self._limits:
+            head_max, reserved = self._limits[kind]
+        else:
+            head_max = len(self.prompts.head(kind, [0] * pc.max_prompt_tokens, [0] * pc.max_response_tokens))
+            reserved = [len(self.prompts.suffix(kind, c)) for c in self._reserved] if kind != "verify" else []
         body_max = len(self.prompts.body([0] * pc.max_response_tokens)) if kind == "pair" else 0
         grow = lambda x, top: max(x, min(bucket(2 * x, cfg.len_steps), bucket(max(top, 1), cfg.len_steps)))
-        reserved = [len(self.prompts.suffix(kind, c)) for c in self._reserved] if kind != "verify" else []
         lane = max(max(sh[5] for sh in stack), bucket(max(reserved, default=1), cfg.len_steps))
         lc = max(max(sh[4] for sh in stack), lanes_at(lane),
                  len(first_fit([(n, None) for n in reserved], lane)))
@@ -409,8 +420,14 @@ class Judge:
         mode = self._mode(mode)
         pairing = pairing or self.config.pairing
         sharing = sharing or self.config.sharing
+        if pairing == "listwise":
+            # listwise results carry the same win_rates (mean 1/2 per criterion) and a metrics dict, so
+            # every caller of pairwise_batch (the reward phase, score_groups, the TRL adapter) takes them
+            from rubric_jax.judge.listwise import listwise_batch  # noqa: PLC0415 (listwise imports this module's users)
+            return listwise_batch(self, prompts, responses, criteria, seed=seed, mode=mode, sharing=sharing,
+                                  group_ids=group_ids)
         if pairing not in PAIRINGS:
-            raise ValueError(f"pairing: unknown {pairing!r}; expected one of {PAIRINGS}")
+            raise ValueError(f"pairing: unknown {pairing!r}; expected one of {PAIRINGS + ('listwise',)}")
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
         group_ids = checked_group_ids(group_ids, len(prompts))

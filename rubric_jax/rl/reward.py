@@ -170,8 +170,9 @@ def per_prompt_metrics(rows: dict[str, Any], cfg: RewardConfig) -> dict[str, flo
 def health_metrics(health: Sequence[dict]) -> dict[str, float]:
     """judge/<figure>: each judge health figure averaged over the groups that report it."""
     out = {}
+    # the last two come from listwise judging (rubric_jax.judge.listwise)
     for k in ("position_bias", "invalid_fraction", "verdict_entropy", "order_agreement", "spread_logit",
-              "spread_sign", "spread_hard"):
+              "spread_sign", "spread_hard", "top_agreement", "position_spread"):
         vals = [h[k] for h in health if k in h]
         if vals:
             out[f"judge/{k}"] = float(np.mean(vals))

@@ -261,7 +261,12 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
              f"{cfg.loss.micro_batch_size}"]
     judging = setup.reward_cfg.judging
     c = len(setup.criteria)
-    if judging == "pairwise" and c:
+    if judging == "pairwise" and c and cfg.judge.pairing == "listwise":
+        k = cfg.group_size  # presentations per group: a Latin square of G orders (rubric_jax.judge.listwise)
+        lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {k} presentations of all {cfg.group_size} "
+                     f"responses x <= {c} criteria = <= {cfg.prompts_per_step * k * c} listwise verdicts "
+                     f"({cfg.judge.mode} mode)")
+    elif judging == "pairwise" and c:
         pairs = pairs_per_group(cfg.judge.pairing, cfg.group_size)
         lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {pairs} pairs x 2 orders x <= {c} "
                      f"criteria = <= {cfg.prompts_per_step * pairs * 2 * c} verdicts ({cfg.judge.mode} mode)")

@@ -140,6 +140,16 @@ def _sections(config) -> None:
 
     _section(config, "reward", lambda: RewardConfig(**config.reward.to_dict()))
     _section(config, "judge", lambda: JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing))
+    if config.judge.pairing == "listwise":
+        # listwise gives win rates of a group; pointwise scoring (absolute, RARE) has no group to list
+        judging = config.reward.judging
+        compares = judging == "pairwise" or (judging == "rlmr" and config.rlmr.writing == "pairwise")
+        if not compares:
+            _fail("judge.pairing", "listwise", "listwise judging gives win rates within a group: it needs "
+                  "reward.judging='pairwise' (or 'rlmr' with rlmr.writing='pairwise')")
+        if config.group_size > 26:
+            _fail("judge.pairing", "listwise", f"listwise prompts label responses A..Z: group_size "
+                  f"{config.group_size} is over 26")
     _section(config, "lora", lambda: LoRAConfig(rank=config.lora.rank, alpha=config.lora.alpha,
                                                 dropout=config.lora.dropout, targets=tuple(config.lora.targets)))
     _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))

@@ -140,6 +140,36 @@ TEMPLATES: dict[str, Template] = {
 TEMPLATES["worse_sentence"] = dataclasses.replace(TEMPLATES["worse"], cue="The worse response is Response")
 
 
+# Worked examples in the system line (a PromptConfig field, so no engine hook): three solved comparisons of
+# the tuning kinds only (events out of order, a reply cut off, a reply that loops), with the better answer
+# once in each position and once in the first again, written for this project.
+FEW_SHOT_SYSTEM = (
+    "You compare two responses to a task on one criterion and say which is better. Solved examples:\n\n"
+    "Task: Describe a rainy morning in two sentences.\n"
+    "Response A: Rain drummed on the tin roof before dawn. By breakfast the gutters were singing.\n"
+    "Response B: By breakfast the gutters were singing roof. Rain drummed before dawn on the tin.\n"
+    "Criterion: Is the writing coherent and easy to follow?\n"
+    "The better response is Response A, because B scrambles the words and the order of events.\n\n"
+    "Task: Tell a short story about a lost key.\n"
+    "Response A: Mara searched the garden, the shed and the\n"
+    "Response B: Mara searched the garden and the shed. At dusk she found the key in her own coat pocket.\n"
+    "Criterion: Does the story reach a satisfying ending?\n"
+    "The better response is Response B, because A stops in the middle of a sentence.\n\n"
+    "Task: Write a note thanking a neighbour for help with moving.\n"
+    "Response A: Thank you for carrying the boxes on Saturday; the new flat already feels like home.\n"
+    "Response B: Thank you for the boxes. Thank you for the boxes. Thank you for the boxes. Thank you for\n"
+    "Criterion: Is the note varied and free of needless repetition?\n"
+    "The better response is Response A, because B repeats one phrase over and over.")
+
+
+# The same with the first example's events told out of order sentence by sentence (as the shuffled kind
+# does) instead of scrambled words.
+FEW_SHOT_ORDER_SYSTEM = FEW_SHOT_SYSTEM.replace(
+    "Response B: By breakfast the gutters were singing roof. Rain drummed before dawn on the tin.\n",
+    "Response B: By breakfast the gutters were singing. Rain drummed on the tin roof before dawn.\n").replace(
+    "because B scrambles the words and the order of events.", "because B tells the events out of order.")
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
     name: str
@@ -183,6 +213,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("both_sentence", "average of cue_sentence and worse_sentence", members=("cue_sentence", "worse_sentence")),
     Variant("cue_pair", "average of cue_sentence and cue_criterion (errors on different kinds)",
             members=("cue_sentence", "cue_criterion")),
+    Variant("few_shot", "three solved comparisons of the tuning kinds in the system line (FEW_SHOT_SYSTEM)",
+            prompt={"pairwise_system": FEW_SHOT_SYSTEM}),
+    Variant("few_shot_order", "few_shot with the first example's sentences out of order (FEW_SHOT_ORDER_SYSTEM)",
+            prompt={"pairwise_system": FEW_SHOT_ORDER_SYSTEM}),
 )}
 
 

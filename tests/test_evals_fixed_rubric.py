@@ -120,3 +120,27 @@ def test_fixed_rubric_real_tiny_run(tmp_path):
     assert pw["outcome"] == pytest.approx(exp.tolist())
     assert 0.0 <= pw["preference"] <= 1.0
     assert "Blind pairwise" in (out / "report.md").read_text()
+
+
+def test_a_judge_that_reads_word_order_ranks_the_model_above_its_shuffled_copy(tmp_path, monkeypatch):
+    """The whole suite with a judge double that can tell coherent text from its word-shuffled copy
+    (tests/evals_coherence_double.py): higher fixed-rubric scores in every category, and the blind pairwise
+    validation prefers the coherent model in both orders."""
+    from evals.run import parse_args
+    from evals.suites import fixed_rubric
+    from evals_coherence_double import install
+
+    install(monkeypatch)
+    out = tmp_path / "out"
+    res = fixed_rubric.run(parse_args(["--suite=fixed_rubric",
+                                       "--models=base=smollm2-135m-instruct,shuf=shuffled:smollm2",
+                                       "--judge=smollm2-135m-instruct", "--prompts=6", "--bootstrap=50",
+                                       f"--out={out}", f"--cache_dir={tmp_path / 'cache'}", "--quiet"]))
+    base, shuf = res["models"]["base"], res["models"]["shuf"]
+    assert base["macro"]["overall"] > shuf["macro"]["overall"]
+    for cat in CATEGORIES:
+        assert base["macro"][cat] > shuf["macro"][cat], cat
+    pw = res["pairwise"]
+    assert (pw["a"], pw["b"]) == ("base", "shuf")
+    assert pw["preference"] == 1.0 and pw["order_consistency"] == 1.0
+    assert (out / "report.md").exists() and (out / "fixed_rubric.png").exists()

@@ -171,3 +171,23 @@ def test_health_real_tiny_run(tmp_path):
             assert row["scores"][name] == pytest.approx(
                 score_example([i["points"] for i in ex["rubrics"]], row["met"][name]))
     assert "| base |" in (out / "report.md").read_text()
+
+
+def test_a_judge_that_reads_word_order_ranks_the_model_above_its_shuffled_copy(tmp_path, monkeypatch):
+    """The whole suite with a judge double that can tell coherent text from its word-shuffled copy
+    (tests/evals_coherence_double.py): the coherent model scores higher overall and on most examples."""
+    from evals.run import parse_args
+    from evals.suites import health
+    from evals_coherence_double import install
+
+    install(monkeypatch)
+    out = tmp_path / "out"
+    res = health.run(parse_args(["--suite=health", "--models=base=smollm2-135m-instruct,shuf=shuffled:smollm2",
+                                 "--judge=smollm2-135m-instruct", "--prompts=8", "--bootstrap=50", f"--out={out}",
+                                 f"--cache_dir={tmp_path / 'cache'}", "--quiet"]))
+    base, shuf = res["models"]["base"], res["models"]["shuf"]
+    assert base["overall"]["mean"] > shuf["overall"]["mean"]
+    assert base["met_rate"] > 0.9 > 0.3 > shuf["met_rate"]
+    wins = sum(e["scores"]["base"] > e["scores"]["shuf"] for e in res["examples"])
+    assert wins >= 6, [e["scores"] for e in res["examples"]]
+    assert (out / "report.md").exists() and (out / "health_scores.png").exists()

@@ -18,7 +18,10 @@ Work flow of one call (several prompts can be judged together with *_batch):
 Modes: "logit" (soft), "sign" (the sign of the order-averaged preference), "hard" (argmax per order),
 "generate" (rationale then an answer line, parsed; unreadable answers are invalid). Pointwise scores have no
 orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every
-judgment as one full sequence (benchmark baseline).
+judgment as one full sequence (benchmark baseline). This module holds the shapes, the device calls, the
+cache and the pairwise readout; the other verdict kinds build their sequences in their own modules and score
+them through `Judge._score`: `pointwise` (a response alone on a criterion's scale), `listwise` (a whole
+group per presentation order) and `verify` (RLMR's constraint checks).
 
 Randomness never depends on which other prompts share a call, so a batch split over processes judges
 each group as it would have been judged in one call: Swiss pairings of group q draw from
@@ -49,7 +52,7 @@ from rubric_jax.judge.common import (MODES, SHARING, JudgeConfig, JudgeStats, Pa
                                      PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
                                      model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
-from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, SuffixTable, digit_token_ids
+from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, SuffixTable
 from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
 from rubric_jax.rewards import health
 from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
@@ -554,79 +557,10 @@ class Judge:
 
     def pointwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
                         mode: str | None = None, sharing: str | None = None, seed: int = 0) -> list[PointwiseResult]:
-        """Scores several prompts' groups together. No call-level randomness: logit/hard modes are
-        deterministic and generate mode keys each judged sequence by its tokens and `seed` (see
-        `_run_generate`; another seed is another sample, e.g. to retry an unreadable answer)."""
-        t0 = time.perf_counter()
-        mode = self._mode(mode)
-        sharing = sharing or self.config.sharing
-        per_prompt = self._criteria_per_prompt(criteria, len(prompts))
-        gen = mode == "generate"
-        m_all = max(cr.max_points for crits in per_prompt for cr in crits)
-        # generate mode parses the written score, so scales past one digit token (0..10, 0..20) work there
-        ids = [] if gen else digit_token_ids(self.tokenizer, m_all)
-        suffix_of = SuffixTable(self.prompts, "point", gen)
-        mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
-                                    self.config.gen_top_k, seed)) if gen else "logit"
-        work, where, groups = [], [], []
-        for prompt, resps, crits in zip(prompts, responses, per_prompt):
-            p_ids, r_ids, d_p, d_r = self._prep(prompt, resps)
-            gr = dict(g=len(resps), crits=crits)
-            groups.append(gr)
-            for a in range(len(resps)):
-                head = self.prompts.head("point", p_ids, r_ids[a], gen)
-                for c, cr in enumerate(crits):
-                    key = JudgmentCache.key(self.model_id, self.prompts.fingerprint, "point", mode_class, d_p, d_r[a],
-                                            "", criterion_digest(cr))
-                    work.append((key, head, (), suffix_of.add(cr)))
-                    where.append((gr, a, c, key))
-        got = self._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
-        for gr in groups:
-            gr["raw"] = {}
-        for gr, a, c, key in where:
-            gr["raw"][a, c] = got[key]
-        results = []
-        for gr in groups:
-            results.append(self._point_result(gr, mode, m_all))
-        self.stats.seconds += time.perf_counter() - t0
-        return results
+        """Scores several prompts' groups together (`rubric_jax.judge.pointwise.pointwise_batch`)."""
+        from rubric_jax.judge.pointwise import pointwise_batch  # noqa: PLC0415 (it imports this module's names)
 
-    def _point_result(self, gr, mode, m_all) -> PointwiseResult:
-        g, crits = gr["g"], gr["crits"]
-        c_n = len(crits)
-        mc = np.asarray([cr.max_points for cr in crits], np.int32)
-        scores = np.zeros((g, c_n), np.float32)
-        valid = np.zeros((g, c_n), bool)
-        probs = np.full((g, c_n, m_all + 1), np.nan if mode == "generate" else 0.0, np.float32)
-        for (a, c), v in gr["raw"].items():
-            m = int(mc[c])
-            if mode == "generate":
-                s = int(v[0])
-                valid[a, c] = s >= 0
-                scores[a, c] = max(s, 0)
-                continue
-            # Only the criterion's own scores compete (0 or m for a binary criterion, 0..m otherwise).
-            allowed = np.asarray(crits[c].scores)
-            lg = v[allowed].astype(np.float64)
-            mx = lg.max()
-            e = np.exp(lg - mx)
-            pr = e / e.sum()
-            probs[a, c, allowed] = pr
-            mass = math.log(e.sum()) + mx - float(v[-1])
-            ok = bool(np.all(np.isfinite(pr)))
-            if self.config.min_verdict_mass > 0:
-                ok &= mass >= math.log(self.config.min_verdict_mass)
-            valid[a, c] = ok
-            scores[a, c] = float(allowed[np.argmax(pr)]) if mode == "hard" else float(np.dot(pr, allowed))
-        scores = np.where(valid, scores, 0.0).astype(np.float32)
-        self.stats.invalid += int((~valid).sum())
-        if mode == "generate":
-            ent = 0.0
-        else:
-            ent = float(health.verdict_entropy(jnp.asarray(probs), jnp.asarray(valid)))
-        metrics = {"judgments": float(g * c_n), "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid))),
-                   "verdict_entropy": ent}
-        return PointwiseResult(scores=scores, valid=valid, probs=probs, max_points=mc, metrics=metrics)
+        return pointwise_batch(self, prompts, responses, criteria, mode=mode, sharing=sharing, seed=seed)
 
     # ---- misc --------------------------------------------------------------------------------
     @staticmethod

@@ -1,0 +1,112 @@
+"""Pointwise verdicts through the judge engine: each response scored alone on each criterion's own scale.
+
+Used by absolute rewards (Absolute RaR / Absolute RcRL, RcRL paper Table 3), RARE's integer rubric scores and
+the evals scorers. Sequences go through `Judge._score`, the same compiled prefix-tree forward as the pairwise
+and listwise verdicts and the constraint verifier:
+
+    sequence(a, c) = head(a) + suffix(c)
+    head(a)    [system, "Task", prompt, "Response", response a, the question, "Criterion" heading]
+    suffix(c)  [criterion c with its score levels, a reminder of the scale, end of user turn, "Score: "]
+
+Every criterion of response a is a lane under head(a), so a response is read once however many criteria
+score it. In logit mode the score is the expectation over the criterion's own scores (0 or m for a binary
+criterion, 0..m otherwise) of the softmax over those digit tokens only; hard mode takes the argmax; generate
+mode parses the written "Score: N" line (scales past one digit token work there). A verdict whose allowed
+digit tokens hold less than `min_verdict_mass` of the probability is unreadable: score 0, valid False.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from rubric_jax.judge.cache import JudgmentCache, criterion_digest
+from rubric_jax.judge.common import PointwiseResult
+from rubric_jax.judge.prompts import SuffixTable, digit_token_ids
+from rubric_jax.rewards import health
+
+__all__ = ["pointwise_batch"]
+
+
+def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
+                    mode: str | None = None, sharing: str | None = None, seed: int = 0) -> list[PointwiseResult]:
+    """Scores several prompts' groups together. No call-level randomness: logit/hard modes are
+    deterministic and generate mode keys each judged sequence by its tokens and `seed` (see
+    `_run_generate`; another seed is another sample, e.g. to retry an unreadable answer)."""
+    t0 = time.perf_counter()
+    mode = judge._mode(mode)
+    sharing = sharing or judge.config.sharing
+    per_prompt = judge._criteria_per_prompt(criteria, len(prompts))
+    gen = mode == "generate"
+    m_all = max(cr.max_points for crits in per_prompt for cr in crits)
+    # generate mode parses the written score, so scales past one digit token (0..10, 0..20) work there
+    ids = [] if gen else digit_token_ids(judge.tokenizer, m_all)
+    suffix_of = SuffixTable(judge.prompts, "point", gen)
+    mode_class = "gen:" + repr((judge.config.gen_max_new_tokens, judge.config.gen_temperature,
+                                judge.config.gen_top_k, seed)) if gen else "logit"
+    work, where, groups = [], [], []
+    for prompt, resps, crits in zip(prompts, responses, per_prompt):
+        p_ids, r_ids, d_p, d_r = judge._prep(prompt, resps)
+        gr = dict(g=len(resps), crits=crits)
+        groups.append(gr)
+        for a in range(len(resps)):
+            head = judge.prompts.head("point", p_ids, r_ids[a], gen)
+            for c, cr in enumerate(crits):
+                key = JudgmentCache.key(judge.model_id, judge.prompts.fingerprint, "point", mode_class, d_p, d_r[a],
+                                        "", criterion_digest(cr))
+                work.append((key, head, (), suffix_of.add(cr)))
+                where.append((gr, a, c, key))
+    got = judge._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
+    for gr in groups:
+        gr["raw"] = {}
+    for gr, a, c, key in where:
+        gr["raw"][a, c] = got[key]
+    results = []
+    for gr in groups:
+        results.append(_point_result(judge, gr, mode, m_all))
+    judge.stats.seconds += time.perf_counter() - t0
+    return results
+
+
+
+def _point_result(judge, gr, mode, m_all) -> PointwiseResult:
+    """One group's scores from its raw verdicts {(response, criterion): digit logits + lse, or [parsed score]}."""
+    g, crits = gr["g"], gr["crits"]
+    c_n = len(crits)
+    mc = np.asarray([cr.max_points for cr in crits], np.int32)
+    scores = np.zeros((g, c_n), np.float32)
+    valid = np.zeros((g, c_n), bool)
+    probs = np.full((g, c_n, m_all + 1), np.nan if mode == "generate" else 0.0, np.float32)
+    for (a, c), v in gr["raw"].items():
+        if mode == "generate":
+            s = int(v[0])
+            valid[a, c] = s >= 0
+            scores[a, c] = max(s, 0)
+            continue
+        # Only the criterion's own scores compete (0 or m for a binary criterion, 0..m otherwise).
+        allowed = np.asarray(crits[c].scores)
+        lg = v[allowed].astype(np.float64)
+        mx = lg.max()
+        e = np.exp(lg - mx)
+        pr = e / e.sum()
+        probs[a, c, allowed] = pr
+        mass = math.log(e.sum()) + mx - float(v[-1])
+        ok = bool(np.all(np.isfinite(pr)))
+        if judge.config.min_verdict_mass > 0:
+            ok &= mass >= math.log(judge.config.min_verdict_mass)
+        valid[a, c] = ok
+        scores[a, c] = float(allowed[np.argmax(pr)]) if mode == "hard" else float(np.dot(pr, allowed))
+    scores = np.where(valid, scores, 0.0).astype(np.float32)
+    judge.stats.invalid += int((~valid).sum())
+    if mode == "generate":
+        ent = 0.0
+    else:
+        ent = float(health.verdict_entropy(jnp.asarray(probs), jnp.asarray(valid)))
+    metrics = {"judgments": float(g * c_n), "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid))),
+               "verdict_entropy": ent}
+    return PointwiseResult(scores=scores, valid=valid, probs=probs, max_points=mc, metrics=metrics)
+

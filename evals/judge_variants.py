@@ -191,6 +191,7 @@ class Variant:
 # few_shot and few_shot_order: tuning 0.81 and 0.81 (shuffled 0.44, truncated 0.97, repeated 1.00), held-out
 # 0.64 and 0.62 (off-topic 0.54 / 0.50, constraint-violating 0.45, close 0.82): the examples fix truncation
 # and repetition, which the sentence cue already mostly caught, and nothing moves the shuffled kind.
+# cue_pair (tuning only): 0.76 (shuffled 0.50, truncated 1.00, repeated 0.78).
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("baseline", "the engine's default pairwise prompt (JudgeConfig())"),
     Variant("colon_cue", "the default before the fidelity study: answer cue 'Better response:'",

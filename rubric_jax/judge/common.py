@@ -12,11 +12,11 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax.judge.pairings import PAIRINGS
+from rubric_jax.judge.prompts import PromptConfig
+from rubric_jax.rubrics.types import Criterion, Rubric
 
 # what `JudgeConfig.pairing` accepts: the pair schedules and listwise group judging
 GROUP_PAIRINGS = PAIRINGS + ("listwise",)
-from rubric_jax.judge.prompts import PromptConfig
-from rubric_jax.rubrics.types import Criterion, Rubric
 
 MODES = ("logit", "sign", "hard", "generate")
 SHARING = ("tree", "none")

@@ -48,7 +48,8 @@ from flax import nnx
 from rubric_jax import progress
 from rubric_jax.judge import forward
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest, digest
-from rubric_jax.judge.common import (MODES, SHARING, JudgeConfig, JudgeStats, PairwiseResult,  # noqa: F401
+from rubric_jax.judge.common import (GROUP_PAIRINGS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
+                                     PairwiseResult,
                                      PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
                                      model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
@@ -99,7 +100,7 @@ class Judge:
         self.stats = JudgeStats()
         self._shapes: dict[tuple, list] = {}  # compiled call shapes per (kind, verdict ids)
         self._reserved: list[Criterion] = []  # criteria later calls may bring (see reserve)
-        self._limits: dict[str, tuple[int, list[int]]] = {}  # see set_limits
+        self._limits: dict[str, Any] = {}  # kind -> limits function (see set_limits)
 
     @property
     def tokens_per_call(self) -> int:
@@ -145,13 +146,12 @@ class Judge:
         """Declares every criterion later calls may judge (e.g. a curriculum's full list), so the last
         compiled shape is planned to hold all of them at once."""
         self._reserved = as_criteria(criteria)
-        self._limits.clear()  # listwise limits are recomputed for the new reservation at their next call
 
-    def set_limits(self, kind: str, head_max: int, suffix_lengths: Sequence[int]) -> None:
-        """For a kind of sequence this engine does not build itself (listwise group prompts): the longest
-        head the token budgets allow and the suffix lengths of the reserved criteria, so that its ceiling
-        shape is planned like the built-in kinds'."""
-        self._limits[kind] = (int(head_max), [int(n) for n in suffix_lengths])
+    def set_limits(self, kind: str, limits) -> None:
+        """For a kind of sequence this engine does not build itself (listwise group prompts): limits(reserved
+        criteria) -> (the longest head the token budgets allow, each reserved criterion's suffix length),
+        called only when that kind's ceiling shape is planned, so it always sees the current reservation."""
+        self._limits[kind] = limits
 
     def _ceiling(self, stack, kind, lanes_at):
         """The budget's last shape: every dimension at least the largest seen; lengths grown towards
@@ -159,7 +159,7 @@ class Judge:
         cfg = self.config
         pc = cfg.prompt
         if kind in self._limits:
-            head_max, reserved = self._limits[kind]
+            head_max, reserved = self._limits[kind](self._reserved)
         else:
             head_max = len(self.prompts.head(kind, [0] * pc.max_prompt_tokens, [0] * pc.max_response_tokens))
             reserved = [len(self.prompts.suffix(kind, c)) for c in self._reserved] if kind != "verify" else []
@@ -430,7 +430,7 @@ class Judge:
             return listwise_batch(self, prompts, responses, criteria, seed=seed, mode=mode, sharing=sharing,
                                   group_ids=group_ids)
         if pairing not in PAIRINGS:
-            raise ValueError(f"pairing: unknown {pairing!r}; expected one of {PAIRINGS + ('listwise',)}")
+            raise ValueError(f"pairing: unknown {pairing!r}; expected one of {GROUP_PAIRINGS}")
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
         group_ids = checked_group_ids(group_ids, len(prompts))

@@ -227,9 +227,9 @@ def listwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[s
         # Each group size is its own kind of call (its own labels and head length), with its ceiling
         # planned for the longest prompt and responses the token budgets allow and every reserved criterion.
         kind = f"list{g}"
-        if kind not in judge._limits:
-            judge.set_limits(kind, len(lp.head([0] * pc.max_prompt_tokens, [[0] * pc.max_response_tokens] * g)),
-                             [len(lp.suffix(cr, g)) for cr in judge._reserved])
+        judge.set_limits(kind, lambda reserved, g=g: (
+            len(lp.head([0] * pc.max_prompt_tokens, [[0] * pc.max_response_tokens] * g)),
+            [len(lp.suffix(cr, g)) for cr in reserved]))
         # all modes read the label logits, so they share cached values
         got = judge._score(kind, "logit", work, table, lp.label_ids(g), sharing)
         for q, r, c, key in where:

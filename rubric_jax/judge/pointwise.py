@@ -65,12 +65,9 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
         gr["raw"] = {}
     for gr, a, c, key in where:
         gr["raw"][a, c] = got[key]
-    results = []
-    for gr in groups:
-        results.append(_point_result(judge, gr, mode, m_all))
+    results = [_point_result(judge, gr, mode, m_all) for gr in groups]
     judge.stats.seconds += time.perf_counter() - t0
     return results
-
 
 
 def _point_result(judge, gr, mode, m_all) -> PointwiseResult:
@@ -109,4 +106,3 @@ def _point_result(judge, gr, mode, m_all) -> PointwiseResult:
     metrics = {"judgments": float(g * c_n), "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid))),
                "verdict_entropy": ent}
     return PointwiseResult(scores=scores, valid=valid, probs=probs, max_points=mc, metrics=metrics)
-

@@ -147,9 +147,11 @@ def _sections(config) -> None:
         if not compares:
             _fail("judge.pairing", "listwise", "listwise judging gives win rates within a group: it needs "
                   "reward.judging='pairwise' (or 'rlmr' with rlmr.writing='pairwise')")
-        if config.group_size > 26:
+        from rubric_jax.judge.listwise import LIST_LABELS  # noqa: PLC0415
+
+        if config.group_size > len(LIST_LABELS):
             _fail("judge.pairing", "listwise", f"listwise prompts label responses A..Z: group_size "
-                  f"{config.group_size} is over 26")
+                  f"{config.group_size} is over {len(LIST_LABELS)}")
     _section(config, "lora", lambda: LoRAConfig(rank=config.lora.rank, alpha=config.lora.alpha,
                                                 dropout=config.lora.dropout, targets=tuple(config.lora.targets)))
     _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))

@@ -19,8 +19,8 @@ Modes: "logit" (soft), "sign" (the sign of the order-averaged preference), "hard
 "generate" (rationale then an answer line, parsed; unreadable answers are invalid). Pointwise scores have no
 orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every
 judgment as one full sequence (benchmark baseline). This module holds the shapes, the device calls, the
-cache and the pairwise readout; the other verdict kinds build their sequences in their own modules and score
-them through `Judge._score`: `pointwise` (a response alone on a criterion's scale), `listwise` (a whole
+cache and the pairwise call (its readout is `pair_readout`); the other verdict kinds build their sequences in
+their own modules and score them through `Judge._score`: `pointwise` (a response alone on a criterion's scale), `listwise` (a whole
 group per presentation order) and `verify` (RLMR's constraint checks).
 
 Randomness never depends on which other prompts share a call, so a batch split over processes judges
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from typing import Any, Sequence
 
@@ -49,14 +48,12 @@ from rubric_jax import progress
 from rubric_jax.judge import forward
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest, digest
 from rubric_jax.judge.common import (GROUP_PAIRINGS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
-                                     PairwiseResult,
-                                     PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
+                                     PairwiseResult, PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
                                      model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
 from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, SuffixTable
 from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
-from rubric_jax.rewards import health
-from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
+from rubric_jax.judge.pair_readout import gen_pair_vals, pair_result, swiss_standing
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 log = logging.getLogger(__name__)
@@ -468,7 +465,7 @@ class Judge:
             for gr, a, b, c, key in where:
                 v = got[key]
                 if gen:
-                    gr["vals"][a, b, c] = _gen_pair_vals(v[0])
+                    gr["vals"][a, b, c] = gen_pair_vals(v[0])
                 else:
                     gr["vals"][a, b, c] = v
 
@@ -480,7 +477,7 @@ class Judge:
                     if gr.get("rounds", 0) >= num_swiss_rounds(gr["g"]):
                         round_pairs.append(np.zeros((0, 2), np.int32))
                         continue
-                    standing = _standing(gr, mode, self.config.min_verdict_mass)
+                    standing = swiss_standing(gr, mode)
                     prs = swiss_round(standing, pl, gr["rng"])
                     bye = bye_of(prs, gr["g"])
                     if bye is not None:
@@ -493,62 +490,10 @@ class Judge:
         else:
             judge_pairs([pairs_for(pairing, gr["g"], k=self.config.circular_k) for gr in groups])
 
-        results = [self._pair_result(gr, mode) for gr in groups]
+        results = [pair_result(gr, mode, self.config.min_verdict_mass) for gr in groups]
+        self.stats.invalid += sum(int((r.mask[:, :, None] & ~r.valid).sum()) for r in results)
         self.stats.seconds += time.perf_counter() - t0
         return results
-
-    def _pair_result(self, gr, mode) -> PairwiseResult:
-        g, c = gr["g"], gr["c"]
-        vals, mask = gr["vals"], gr["mask"]
-        judged = np.broadcast_to(mask[:, :, None], (g, g, c))
-        if mode == "generate":
-            p_first = vals[..., 0]
-            valid = judged & ~np.isnan(p_first)
-        else:
-            lg = vals[..., :2].astype(np.float64)
-            mx = np.max(lg, axis=-1, keepdims=True)
-            e = np.exp(lg - mx)
-            p_first = (e[..., 0] / e.sum(-1)).astype(np.float32)
-            mass = np.log(e.sum(-1)) + mx[..., 0] - vals[..., 2]  # log P(verdict tokens) under the full softmax
-            valid = judged & np.isfinite(p_first)
-            if self.config.min_verdict_mass > 0:
-                valid &= mass >= math.log(self.config.min_verdict_mass)
-        p_first = np.where(judged, p_first, np.nan).astype(np.float32)
-        # An unreadable order is replaced by what the other order implies; both unreadable -> 0.5.
-        pt = np.swapaxes(p_first, 0, 1)
-        vt = np.swapaxes(valid, 0, 1)
-        filled = np.where(valid, p_first, np.where(vt, 1.0 - pt, 0.5))
-        filled = np.where(judged, filled, 0.5).astype(np.float32)
-        if mode == "logit":
-            p = symmetrize(jnp.asarray(filled))
-        elif mode == "sign":
-            p = sign_verdicts(jnp.asarray(filled))
-        else:  # hard, generate: argmax verdict per order, orders averaged (0.5 when they disagree)
-            p = hard_verdicts(jnp.stack([jnp.asarray(filled), 1.0 - jnp.asarray(filled)], -1))
-        keep = judged | np.eye(g, dtype=bool)[:, :, None]
-        p = np.where(keep, np.asarray(p), 0.5).astype(np.float32)
-        w = np.asarray(win_rates(jnp.asarray(p), jnp.asarray(mask)))
-        spreads = {}
-        if mode != "generate":
-            # What each readout of the same verdicts would give: the in-group spread (std over the G win rates,
-            # mean over criteria) that scales dr_grpo's advantages; logged to choose the mode on.
-            f = jnp.asarray(filled)
-            for name, pm in (("logit", symmetrize(f)), ("sign", sign_verdicts(f)),
-                             ("hard", hard_verdicts(jnp.stack([f, 1.0 - f], -1)))):
-                wm = np.asarray(win_rates(jnp.asarray(np.where(keep, np.asarray(pm), 0.5)), jnp.asarray(mask)))
-                spreads[f"spread_{name}"] = float(wm.std(axis=0).mean())
-        self.stats.invalid += int((judged & ~valid).sum())
-        pf0 = np.where(valid, p_first, 0.0)
-        metrics = {
-            "judgments": float(judged.sum()),
-            "position_bias": float(health.position_bias_flat(jnp.asarray(pf0[judged]), jnp.asarray(valid[judged]))),
-            "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid[judged]))) if judged.any() else 0.0,
-            "verdict_entropy": float(health.verdict_entropy(jnp.stack([jnp.asarray(pf0), 1.0 - jnp.asarray(pf0)], -1),
-                                                            jnp.asarray(valid))),
-            "order_agreement": float(health.order_agreement(jnp.asarray(filled), jnp.asarray(mask))),
-            **spreads,
-        }
-        return PairwiseResult(p=p, p_first=p_first, valid=valid, mask=mask.copy(), win_rates=w, metrics=metrics)
 
     # ---- pointwise ---------------------------------------------------------------------------
     def pointwise(self, prompt: str, responses: Sequence[str], criteria, *, mode: str | None = None,
@@ -579,27 +524,6 @@ class Judge:
         d = self.stats.as_dict()
         d["cache_entries"] = len(self.cache)
         return d
-
-
-def _gen_pair_vals(v: float) -> np.ndarray:
-    """Generate-mode verdict index (0 first, 1 second, -1 unreadable) -> [P(first wins), nan, nan]."""
-    return np.asarray([{0: 1.0, 1: 0.0}.get(int(v), np.nan), np.nan, np.nan], np.float32)
-
-
-def _standing(gr, mode, min_mass) -> np.ndarray:
-    """Current Swiss standing: mean over judged opponents and criteria of p(i > j)."""
-    g = gr["g"]
-    if not gr["mask"].any():
-        return np.zeros(g)
-    vals = gr["vals"]
-    if mode == "generate":
-        pf = vals[..., 0]
-    else:
-        lg = vals[..., :2].astype(np.float64)
-        pf = 1.0 / (1.0 + np.exp(lg[..., 1] - lg[..., 0]))
-    pf = np.where(np.isnan(pf), 0.5, pf)
-    p = np.asarray(symmetrize(jnp.asarray(pf)))
-    return np.asarray(win_rates(jnp.asarray(p), jnp.asarray(gr["mask"]))).mean(-1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""Pairwise verdicts to preferences and win rates: the readout of `Judge.pairwise_batch` (docs/method.md §2).
+
+A group's raw verdicts are vals[a, b, c] = [logit of the first label, logit of the second, log-sum-exp over
+the vocabulary] for response a shown first and b second on criterion c (generate mode: [P(first wins), nan,
+nan] from the parsed answer). One order's verdict is the softmax over the two labels only,
+
+    p_first(a, b, c) = exp(l1) / (exp(l1) + exp(l2)),
+
+unreadable when the labels hold less than `min_verdict_mass` of the probability, then replaced by what the
+other order implies (1 - p_first(b, a, c)); both unreadable -> 1/2. The orders are combined by the mode:
+"logit" averages them (`rewards.symmetrize`), "sign" takes the sign of that average (`sign_verdicts`), "hard"
+and "generate" average the two orders' argmax verdicts (`hard_verdicts`). Win rates average p over the judged
+opponents (`rewards.win_rates`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from rubric_jax.judge.common import PairwiseResult
+from rubric_jax.rewards import health
+from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
+
+__all__ = ["gen_pair_vals", "pair_result", "swiss_standing"]
+
+# the readouts every pairwise result reports a spread for (generate mode has only its parsed verdicts)
+READOUTS = {
+    "logit": symmetrize,
+    "sign": sign_verdicts,
+    "hard": lambda f: hard_verdicts(jnp.stack([f, 1.0 - f], -1)),
+}
+
+
+def gen_pair_vals(v: float) -> np.ndarray:
+    """Generate-mode verdict index (0 first, 1 second, -1 unreadable) -> [P(first wins), nan, nan]."""
+    return np.asarray([{0: 1.0, 1: 0.0}.get(int(v), np.nan), np.nan, np.nan], np.float32)
+
+
+def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:
+    """One group's result from gr = {"g", "c", "vals" (G, G, C, 3), "mask" (G, G) judged pairs}."""
+    g, c = gr["g"], gr["c"]
+    vals, mask = gr["vals"], gr["mask"]
+    judged = np.broadcast_to(mask[:, :, None], (g, g, c))
+    if mode == "generate":
+        p_first = vals[..., 0]
+        valid = judged & ~np.isnan(p_first)
+    else:
+        lg = vals[..., :2].astype(np.float64)
+        mx = np.max(lg, axis=-1, keepdims=True)
+        e = np.exp(lg - mx)
+        p_first = (e[..., 0] / e.sum(-1)).astype(np.float32)
+        mass = np.log(e.sum(-1)) + mx[..., 0] - vals[..., 2]  # log P(verdict tokens) under the full softmax
+        valid = judged & np.isfinite(p_first)
+        if min_mass > 0:
+            valid &= mass >= math.log(min_mass)
+    p_first = np.where(judged, p_first, np.nan).astype(np.float32)
+    # An unreadable order is replaced by what the other order implies; both unreadable -> 0.5.
+    pt = np.swapaxes(p_first, 0, 1)
+    vt = np.swapaxes(valid, 0, 1)
+    filled = np.where(valid, p_first, np.where(vt, 1.0 - pt, 0.5))
+    filled = np.where(judged, filled, 0.5).astype(np.float32)
+    keep = judged | np.eye(g, dtype=bool)[:, :, None]
+    f = jnp.asarray(filled)
+    # Every readout of the same verdicts, computed once: the chosen one is the result, and the in-group spread
+    # each would give (std over the G win rates, mean over criteria; it scales dr_grpo's advantages) is logged
+    # to choose the mode on. Generate mode has parsed verdicts only: its readout is "hard".
+    names = ("hard",) if mode == "generate" else tuple(READOUTS)
+    ps = {n: np.where(keep, np.asarray(READOUTS[n](f)), 0.5).astype(np.float32) for n in names}
+    ws = {n: np.asarray(win_rates(jnp.asarray(pm), jnp.asarray(mask))) for n, pm in ps.items()}
+    chosen = "hard" if mode == "generate" else mode
+    spreads = {} if mode == "generate" else {f"spread_{n}": float(w.std(axis=0).mean()) for n, w in ws.items()}
+    pf0 = np.where(valid, p_first, 0.0)
+    metrics = {
+        "judgments": float(judged.sum()),
+        "position_bias": float(health.position_bias_flat(jnp.asarray(pf0[judged]), jnp.asarray(valid[judged]))),
+        "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid[judged]))) if judged.any() else 0.0,
+        "verdict_entropy": float(health.verdict_entropy(jnp.stack([jnp.asarray(pf0), 1.0 - jnp.asarray(pf0)], -1),
+                                                        jnp.asarray(valid))),
+        "order_agreement": float(health.order_agreement(f, jnp.asarray(mask))),
+        **spreads,
+    }
+    return PairwiseResult(p=ps[chosen], p_first=p_first, valid=valid, mask=mask.copy(), win_rates=ws[chosen],
+                          metrics=metrics)
+
+
+def swiss_standing(gr: dict, mode: str) -> np.ndarray:
+    """Current Swiss standing of each response: mean over judged opponents and criteria of p(i > j)."""
+    g = gr["g"]
+    if not gr["mask"].any():
+        return np.zeros(g)
+    vals = gr["vals"]
+    if mode == "generate":
+        pf = vals[..., 0]
+    else:
+        lg = vals[..., :2].astype(np.float64)
+        pf = 1.0 / (1.0 + np.exp(lg[..., 1] - lg[..., 0]))
+    pf = np.where(np.isnan(pf), 0.5, pf)
+    p = np.asarray(symmetrize(jnp.asarray(pf)))
+    return np.asarray(win_rates(jnp.asarray(p), jnp.asarray(gr["mask"]))).mean(-1)

@@ -18,8 +18,8 @@ Name the work inside jitted code with `jax.named_scope("judge/heads")` (or `rubr
 jax writes the scope into each HLO instruction's metadata op_name ("jit(step)/judge/heads/dot_general"); the
 device ops in the trace carry only the HLO instruction ("hlo_op": "fusion.3") and module ("hlo_module":
 "jit_step", "program_id"), so the scope comes from the HLO protos that jax.profiler stores in the trace's
-"/host:metadata" plane. Hence the primary source is `<host>.xplane.pb`, read here with a small protobuf
-wire-format decoder (no TensorFlow / xprof needed); it is also never cut at 1,000,000 events as the JSON
+"/host:metadata" plane. Hence the primary source is `<host>.xplane.pb`, read with a small protobuf
+wire-format decoder (`rubric_jax.protowire`; no TensorFlow / xprof needed); it is also never cut at 1,000,000 events as the JSON
 export is. A `.trace.json.gz` (Chrome/Perfetto JSON) is accepted too; its scopes come from the `.xplane.pb`
 beside it when there is one (else only op names, all unscoped).
 
@@ -47,9 +47,10 @@ import gzip
 import json
 import os
 import re
-import struct
 import sys
-from typing import Iterator, Optional
+from typing import Optional
+
+from rubric_jax.protowire import event as _event, fields as _fields, packed as _packed, stat as _stat, text as _str
 
 __all__ = ["find_trace", "read_trace", "scope_of", "summarize", "format_table", "main", "TraceNotFoundError"]
 
@@ -59,113 +60,6 @@ UNSCOPED = "(unscoped)"
 
 class TraceNotFoundError(FileNotFoundError):
     pass
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# protobuf wire format (enough for tsl's XSpace and xla's HloProto)
-
-def _varint(buf, i: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, i
-        shift += 7
-
-
-def _fields(buf) -> Iterator[tuple[int, object]]:
-    """(field number, value): varints as int, length-delimited as memoryview, fixed64/fixed32 as bytes."""
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _varint(buf, i)
-        wire = key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 2:
-            length, i = _varint(buf, i)
-            value = buf[i:i + length]
-            i += length
-        elif wire == 1:
-            value = bytes(buf[i:i + 8])
-            i += 8
-        elif wire == 5:
-            value = bytes(buf[i:i + 4])
-            i += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire} (not an xplane.pb?)")
-        yield key >> 3, value
-
-
-def _str(value) -> str:
-    return bytes(value).decode("utf-8", "replace")
-
-
-def _packed(value) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    out, i = [], 0
-    while i < len(value):
-        v, i = _varint(value, i)
-        out.append(v)
-    return out
-
-
-def _event(buf) -> tuple[int, int, int, list]:
-    """XEvent: metadata_id=1, offset_ps=2, duration_ps=3, stats=4 -> (metadata_id, offset_ps, duration_ps, stats).
-    The hot loop of a big trace, so the varints are decoded inline."""
-    out = [0, 0, 0, 0, 0, 0]  # indexed by field number (5 = num_occurrences, unused)
-    stats = []
-    i, n = 0, len(buf)
-    while i < n:
-        key = buf[i]
-        i += 1
-        if key & 0x80:
-            key, i = _varint(buf, i - 1)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value = shift = 0
-            while True:
-                b = buf[i]
-                i += 1
-                value |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
-            if field < 6:
-                out[field] = value
-        elif wire == 2:
-            length, i = _varint(buf, i)
-            if field == 4:
-                stats.append(buf[i:i + length])
-            i += length
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire} (not an xplane.pb?)")
-    return out[1], out[2], out[3], stats
-
-
-def _stat(buf, stat_names: dict[int, str]) -> tuple[str, object]:
-    """XStat: metadata_id=1, double=2, uint64=3, int64=4, str=5, bytes=6, ref=7 (id of an interned string)."""
-    name, value = "", None
-    for f, v in _fields(buf):
-        if f == 1:
-            name = stat_names.get(v, "")
-        elif f == 2:
-            value = struct.unpack("<d", v)[0]
-        elif f in (3, 4):
-            value = v - (1 << 64) if f == 4 and v >= 1 << 63 else v
-        elif f == 5:
-            value = _str(v)
-        elif f == 6:
-            value = v
-        elif f == 7:
-            value = stat_names.get(v, "")
-    return name, value
 
 
 # ----------------------------------------------------------------------------------------------------------------

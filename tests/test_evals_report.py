@@ -124,7 +124,7 @@ def test_curves_missing_metrics_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
         curves.plot_curves([str(tmp_path / "empty_run")], str(tmp_path / "out"))
     proc = subprocess.run([sys.executable, "-m", "evals.curves", str(tmp_path / "empty_run"),
-                           f"--out={tmp_path / 'out'}"], cwd=REPO, capture_output=True, text=True, timeout=60,
+                           f"--out={tmp_path / 'out'}"], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
     assert proc.returncode == 2
     assert "no metrics.jsonl" in proc.stderr and "empty_run" in proc.stderr

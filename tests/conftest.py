@@ -23,6 +23,26 @@ TEST_JAX_CACHE = os.environ.setdefault(
 import numpy as np
 import pytest
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops jax's compiled programs after each test module.
+
+    Every XLA CPU executable keeps its JIT code in a few dozen small memory mappings (about 40 for a modest
+    program). A test worker that keeps every program of hundreds of tests alive grows past the kernel's
+    vm.max_map_count (65530 by default) and the next compile dies with a segmentation fault inside XLA, which
+    is how two CI runs lost a worker near the end. Programs a later module needs again come back from the
+    persistent compilation cache above, so this costs a cache read, not a compile.
+    """
+    yield
+    import gc
+
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+
+
 QWEN_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -23,6 +23,37 @@ TEST_JAX_CACHE = os.environ.setdefault(
 import numpy as np
 import pytest
 
+def pytest_collection_modifyitems(config, items):
+    """Leaves out the `heavy` tier unless the -m expression names it (`python -m pytest -q -m heavy tests`).
+
+    The heavy tier is the handful of tests that cannot be made fast without losing what they check; CI's
+    command does not run them, so a plain `pytest tests` is CI's suite and `-m heavy` is the rest.
+    """
+    if "heavy" in (config.getoption("markexpr") or ""):
+        return
+    heavy = [it for it in items if it.get_closest_marker("heavy")]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [it for it in items if not it.get_closest_marker("heavy")]
+
+
+def shared_once(tmp_path_factory, name, build):
+    """A directory built once per test session, shared by both xdist workers: the first to ask builds it
+    under a file lock (`build(path)`), the other waits for it and reuses it. Returns its path (str)."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's root, shared by the workers' own basetemps
+    path = base / f"shared_{name}"
+    with FileLock(str(path) + ".lock"):
+        if not (path / ".built").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+            build(str(path))
+            (path / ".built").touch()
+    return str(path)
+
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():

@@ -20,6 +20,13 @@ _OUR_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 TEST_JAX_CACHE = os.environ.setdefault(
     "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"rubric_jax_test_jax_cache_{os.getpid()}"))
 
+# Likewise one converted copy of the embedded GGUF model (rubric_jax.models.gguf_cache) for the session: read
+# from the GGUF file once, then by every test and subprocess as a safetensors directory. Never the user's
+# ~/.cache, so a run starts from the GGUF file as a new user's would.
+_OUR_MODEL_CACHE = "RUBRIC_JAX_MODEL_CACHE" not in os.environ
+TEST_MODEL_CACHE = os.environ.setdefault(
+    "RUBRIC_JAX_MODEL_CACHE", os.path.join(tempfile.gettempdir(), f"rubric_jax_test_model_cache_{os.getpid()}"))
+
 import numpy as np
 import pytest
 
@@ -205,5 +212,9 @@ def torch_logits(hf_model, tokens, attention_mask=None):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _OUR_CACHE and not hasattr(session.config, "workerinput"):  # the process that picked it, workers done
+    if hasattr(session.config, "workerinput"):
+        return  # only the process that picked the directories removes them, once its workers are done
+    if _OUR_CACHE:
         shutil.rmtree(TEST_JAX_CACHE, ignore_errors=True)
+    if _OUR_MODEL_CACHE:
+        shutil.rmtree(TEST_MODEL_CACHE, ignore_errors=True)

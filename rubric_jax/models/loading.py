@@ -8,6 +8,7 @@ model's parameters in one place that checks every name and shape. No pickle, no 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -166,13 +167,17 @@ def _safetensors_files(ckpt_dir: str) -> list[str]:
     return [os.path.join(ckpt_dir, f) for f in files]
 
 
-def load_safetensors_model(ckpt_dir: str, *, dtype=jnp.float32, shardings=None) -> Transformer:
+def load_safetensors_model(ckpt_dir: str, *, dtype=jnp.float32, shardings=None, name: str | None = None
+                           ) -> Transformer:
+    """`name` replaces the config's name (the directory's), e.g. the GGUF name of a converted copy."""
     from safetensors import safe_open
 
     config_path = os.path.join(ckpt_dir, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"{config_path} not found")
     cfg = ModelConfig.from_json(config_path)
+    if name is not None:
+        cfg = dataclasses.replace(cfg, name=name)
     handles = {}
     location = {}
     for path in _safetensors_files(ckpt_dir):
@@ -271,7 +276,8 @@ def _unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def load_gguf_model(path: str, *, dtype=jnp.float32, shardings=None) -> Transformer:
+def gguf_tensors(path: str):
+    """(reader, config, Hugging Face tensor names, get(name) -> float32 array) of a GGUF file."""
     import gguf
     from gguf import quants
 
@@ -294,7 +300,13 @@ def load_gguf_model(path: str, *, dtype=jnp.float32, shardings=None) -> Transfor
             w = _unpermute_qk(w, cfg.num_kv_heads)
         return w
 
-    return assign_hf_tensors(cfg, get, by_name.keys(), dtype=dtype, shardings=shardings)
+    return reader, cfg, list(by_name), get
+
+
+def load_gguf_model(path: str, *, dtype=jnp.float32, shardings=None) -> Transformer:
+    """Reads the GGUF file itself (load_model reads its converted copy instead; see gguf_cache)."""
+    _, cfg, names, get = gguf_tensors(path)
+    return assign_hf_tensors(cfg, get, names, dtype=dtype, shardings=shardings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,7 +327,14 @@ def load_model(path_or_name: str, dtype=jnp.float32, *, mesh=None, rules=None, *
     if os.path.isdir(path):
         model = load_safetensors_model(path, dtype=dtype, shardings=shardings)
     elif path.endswith(".gguf"):
-        model = load_gguf_model(path, dtype=dtype, shardings=shardings)
+        from rubric_jax.models import gguf_cache
+
+        copy = gguf_cache.converted(path)  # written on the first load, read on every later one
+        if copy is None:
+            model = load_gguf_model(path, dtype=dtype, shardings=shardings)
+        else:
+            model = load_safetensors_model(copy, dtype=dtype, shardings=shardings,
+                                           name=gguf_cache.source_name(copy))
     else:
         raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
     if runtime:
@@ -327,6 +346,12 @@ def load_model(path_or_name: str, dtype=jnp.float32, *, mesh=None, rules=None, *
 def _peek_config(path: str) -> ModelConfig:
     if os.path.isdir(path):
         return ModelConfig.from_json(os.path.join(path, "config.json"))
+    from rubric_jax.models import gguf_cache
+
+    copy = gguf_cache.cached(path)
+    if copy is not None:  # its config.json, without opening the GGUF file
+        return dataclasses.replace(ModelConfig.from_json(os.path.join(copy, "config.json")),
+                                   name=gguf_cache.source_name(copy))
     import gguf
 
     with _naming(path, "GGUF"):

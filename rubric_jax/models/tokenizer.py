@@ -86,7 +86,13 @@ def load_tokenizer(path_or_name: str) -> Tokenizer:
             raise FileNotFoundError(f"no tokenizer files (tokenizer.json, tokenizer.model, vocab.json) in {path}")
         return Tokenizer(AutoTokenizer.from_pretrained(path), name=path_or_name)
     if path.endswith(".gguf"):
-        # transformers rebuilds the fast tokenizer (and chat template) from the GGUF metadata.
+        from rubric_jax.models import gguf_cache
+
+        # transformers rebuilds the fast tokenizer (and chat template) from the GGUF metadata once; the
+        # converted copy keeps it as tokenizer.json (see gguf_cache).
+        copy = gguf_cache.converted(path)
+        if copy is not None and os.path.exists(os.path.join(copy, "tokenizer.json")):
+            return Tokenizer(AutoTokenizer.from_pretrained(copy), name=path_or_name)
         return Tokenizer(AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path)),
                          name=path_or_name)
     raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")

@@ -23,7 +23,7 @@ CRITERIA = [Criterion(id="imagery", name="Imagery", check="Concrete sensory deta
             Criterion(id="calm", name="Calm", check="The text conveys stillness.")]
 
 
-def main(ckpt):
+def result(ckpt):
     tok = load_tokenizer(ckpt)
     ref = Judge(load_model(ckpt), tok).pairwise(PROMPT, RESPONSES, CRITERIA).p_first
     mesh = make_mesh({"fsdp": 2, "tensor": 4})
@@ -33,9 +33,9 @@ def main(ckpt):
     with use_mesh(mesh):
         out = Judge(model, tok).pairwise(PROMPT, RESPONSES, CRITERIA).p_first
     off = ~np.eye(len(RESPONSES), dtype=bool)
-    print(json.dumps({"devices": len(jax.devices()), "sharded_params": int(sharded),
-                      "max_diff": float(np.abs(out[off] - ref[off]).max())}))
+    return {"devices": len(jax.devices()), "sharded_params": int(sharded),
+            "max_diff": float(np.abs(out[off] - ref[off]).max())}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    print(json.dumps(result(sys.argv[1])))

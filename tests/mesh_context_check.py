@@ -17,7 +17,7 @@ from rubric_jax import load_model
 from rubric_jax.models.sharding import make_mesh, use_mesh
 
 
-def main(ckpt):
+def result(ckpt):
     tokens = jnp.asarray(np.random.RandomState(0).randint(0, 151936, (4, 16)))
     single = load_model(ckpt)
     graphdef, state = nnx.split(single)
@@ -32,15 +32,15 @@ def main(ckpt):
     with use_mesh(mesh):
         inside = fwd(sharded_state, tokens)
     after = fwd(state, tokens)
-    print(json.dumps({
+    return {
         "outside_before": type(before.sharding).__name__,
         "inside": type(inside.sharding).__name__,
         "inside_spec": str(inside.sharding.spec),
         "outside_after": type(after.sharding).__name__,
         "max_diff": float(max(np.abs(np.asarray(inside) - np.asarray(before)).max(),
                               np.abs(np.asarray(after) - np.asarray(before)).max())),
-    }))
+    }
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    print(json.dumps(result(sys.argv[1])))

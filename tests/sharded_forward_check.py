@@ -17,7 +17,7 @@ from rubric_jax.models.sharding import make_mesh, use_mesh
 from sharding_placement import placement
 
 
-def main(ckpt):
+def result(ckpt):
     assert len(jax.devices()) == 8
     rng = np.random.RandomState(0)
     tokens = jnp.asarray(rng.randint(0, 151936, (4, 24)))
@@ -39,7 +39,7 @@ def main(ckpt):
 
     with use_mesh(mesh):
         out = fwd(state, tokens, mask)
-    print(json.dumps({
+    return {
         "max_diff": float(np.abs(np.asarray(out) - np.asarray(ref))[np.asarray(mask)].max()),
         "out_spec": str(out.sharding.spec),
         "q_proj": specs["layers/self_attn/q_proj/kernel"],
@@ -47,8 +47,8 @@ def main(ckpt):
         "down": specs["layers/mlp/down_proj/kernel"],
         "devices": len(jax.devices()),
         "placement": placement(state, mesh),
-    }))
+    }
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    print(json.dumps(result(sys.argv[1])))

@@ -52,7 +52,7 @@ def _max_abs(arrays):
     return max(float(np.abs(a).max()) for a in arrays)
 
 
-def main(ckpt):
+def result(ckpt):
     assert len(jax.devices()) == 8
     init1, single, m1, _ = update(load_model(ckpt))
     mesh = make_mesh({"fsdp": 2, "tensor": 4})
@@ -62,7 +62,7 @@ def main(ckpt):
     a_keys = [k for k in single if k.endswith("lora_a")]
     b_keys = [k for k in single if k.endswith("lora_b")]
     moved = lambda ks, after, before: _max_abs([after[k] - before[k] for k in ks])
-    print(json.dumps({
+    return {
         "num_lora": len(single), "num_lora_a": len(a_keys), "num_lora_b": len(b_keys),
         "init_diff": _max_abs([init1[k] - init2[k] for k in single]),  # both runs start from the same adapters
         "lora_b_init": _max_abs([init1[k] for k in b_keys]),
@@ -72,8 +72,8 @@ def main(ckpt):
         # the parameters after the step: mesh vs single device
         "max_diff": _max_abs([single[k] - sharded[k] for k in single]),
         "loss": [m1["loss"], m2["loss"]], "kl": [m1["kl"], m2["kl"]],
-        "placement": placement(nnx.state(policy.model()), mesh)}))
+        "placement": placement(nnx.state(policy.model()), mesh)}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    print(json.dumps(result(sys.argv[1])))

@@ -159,11 +159,12 @@ def test_bad_runtime_options_fail_clearly(tiny_qwen3_model):
 
 
 @pytest.mark.slow
-def test_mesh_context_is_not_stale(tiny_qwen3):
-    """A function jitted outside a mesh and then called inside one (and back) gets the right shardings."""
-    from test_sharding import _run_check
+def test_mesh_context_is_not_stale(tiny_qwen3, tmp_path_factory):
+    """A function jitted outside a mesh and then called inside one (and back) gets the right shardings (the
+    8-device subprocess is shared with the other mesh checks: test_sharding.mesh_check)."""
+    from test_sharding import mesh_check
 
-    res = _run_check("mesh_context_check.py", tiny_qwen3[0])
+    res = mesh_check(tmp_path_factory, "mesh_context_check", tiny_qwen3[0])
     assert res["outside_before"] == "SingleDeviceSharding"
     assert res["inside"] == "NamedSharding" and res["inside_spec"] == str(PartitionSpec(("data", "fsdp"), None, "tensor"))
     assert res["outside_after"] == "SingleDeviceSharding"

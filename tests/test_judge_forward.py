@@ -119,9 +119,9 @@ def test_no_attention_math_in_the_judge():
 
 
 @pytest.mark.slow
-def test_judge_on_a_mesh_equals_single_device(tiny_qwen3):
-    from test_sharding import _run_check
+def test_judge_on_a_mesh_equals_single_device(tiny_qwen3, tmp_path_factory):
+    from test_sharding import mesh_check  # one 8-device subprocess for every mesh check of the session
 
-    res = _run_check("judge_mesh_check.py", tiny_qwen3[0])
+    res = mesh_check(tmp_path_factory, "judge_mesh_check", tiny_qwen3[0])
     assert res["devices"] == 8 and res["max_diff"] <= 1e-4
     assert res["sharded_params"] > 0

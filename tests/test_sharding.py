@@ -1,4 +1,5 @@
-"""Sharded forward on a 2x4 mesh of 8 forced CPU devices equals the single-device forward."""
+"""Sharded forward and GRPO update on a 2x4 mesh of 8 forced CPU devices equal the single-device ones; the session's
+one 8-device subprocess for every mesh check (mesh_check)."""
 
 import json
 import os
@@ -11,16 +12,37 @@ from jax.sharding import PartitionSpec
 from rubric_jax.models.sharding import logical_to_spec
 
 
-def _run_check(script_name, ckpt):
-    """Runs a check script in a fresh process (8 forced CPU devices) and returns its JSON result."""
-    script = os.path.join(os.path.dirname(__file__), script_name)
+def _env():
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     # the script's own directory is sys.path[0]: find this checkout's package whatever is installed
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    proc = subprocess.run([sys.executable, script, ckpt], capture_output=True, text=True, env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return env
+
+
+# Every 8-device check script of the suite (here, test_forward.py, test_judge_forward.py). mesh_context_check
+# runs first: it checks a function jitted before any mesh was entered.
+MESH_CHECKS = ("mesh_context_check", "sharded_forward_check", "sharded_train_check", "judge_mesh_check")
+
+
+def mesh_check(tmp_path_factory, name, ckpt):
+    """The JSON result of check script `name` (one of MESH_CHECKS) on the tiny checkpoint. All of them run once
+    per session, in one subprocess with 8 forced CPU devices (tests/mesh_checks.py) shared by both xdist
+    workers: one interpreter, jax import and device set-up instead of four. A check that raised fails the test
+    that asked for it, with its traceback."""
+    from conftest import shared_once
+
+    def build(path):
+        script = os.path.join(os.path.dirname(__file__), "mesh_checks.py")
+        proc = subprocess.run([sys.executable, script, ckpt, os.path.join(path, "results.json"), *MESH_CHECKS],
+                              capture_output=True, text=True, env=_env(), timeout=1800)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    path = shared_once(tmp_path_factory, "mesh_checks", build)
+    with open(os.path.join(path, "results.json")) as f:
+        res = json.load(f)[name]
+    assert "error" not in res, res["error"]
+    return res
 
 
 # Where the (fsdp=2, tensor=4) mesh must put each weight, per logical axis (DEFAULT_RULES written out for the tiny
@@ -60,8 +82,8 @@ def _assert_placement(placement, wanted):
 
 
 @pytest.mark.slow
-def test_sharded_forward_matches_single_device(tiny_qwen3):
-    res = _run_check("sharded_forward_check.py", tiny_qwen3[0])
+def test_sharded_forward_matches_single_device(tiny_qwen3, tmp_path_factory):
+    res = mesh_check(tmp_path_factory, "sharded_forward_check", tiny_qwen3[0])
     assert res["devices"] == 8
     assert res["max_diff"] <= 1e-5
     # Weights really are split: heads over tensor, model dim over fsdp, vocab over tensor.
@@ -83,8 +105,8 @@ def test_logical_rules_drop_axes_that_do_not_divide():
 
 
 @pytest.mark.slow
-def test_sharded_train_step_matches_single_device(tiny_qwen3):
-    res = _run_check("sharded_train_check.py", tiny_qwen3[0])
+def test_sharded_train_step_matches_single_device(tiny_qwen3, tmp_path_factory):
+    res = mesh_check(tmp_path_factory, "sharded_train_check", tiny_qwen3[0])
     # Both runs start from the same adapters, lora_b at zero as in training.
     assert res["init_diff"] == 0 and res["lora_b_init"] == 0
     assert res["num_lora_a"] == res["num_lora_b"] > 0

@@ -76,12 +76,15 @@ def test_summary_formulas():
 
 
 @pytest.mark.slow
-@pytest.mark.smollm2
-def test_elements_real_tiny_run(tmp_path):
+def test_elements_real_tiny_run(tmp_path, tiny_qwen3):
+    """The command line end to end on a tiny random checkpoint (contestant, shuffled copy and judge): nothing
+    here depends on what a real model says, only that the suite runs and its files agree with each other;
+    the suite's arithmetic on known scores is test_run_with_fake_models."""
+    ckpt = tiny_qwen3[0]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "evals.run", "--suite=elements",
-           "--models=base=smollm2-135m-instruct,shuffled=shuffled:smollm2-135m-instruct",
-           "--judge=smollm2-135m-instruct", "--stories=1", "--elements=2", "--max_new_tokens=16",
+           f"--models=base={ckpt},shuffled=shuffled:{ckpt}",
+           f"--judge={ckpt}", "--stories=1", "--elements=2", "--max_new_tokens=16",
            "--min_words=5", "--max_words=40", "--score_tokens=24", f"--out={out}",
            f"--cache_dir={tmp_path / 'cache'}", "--quiet"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -143,15 +143,16 @@ def test_bundled_set():
 
 
 @pytest.mark.slow
-@pytest.mark.smollm2
-def test_health_real_tiny_run(tmp_path):
-    """2 examples, 16 new tokens, base against its shuffled copy. The 135M judge marks every item of both
-    answers as met (checked on such a run), so no ordering is asserted: only that the suite runs end to end
-    and writes consistent files."""
+def test_health_real_tiny_run(tmp_path, tiny_qwen3):
+    """2 examples, 16 new tokens, base against its shuffled copy, on a tiny random checkpoint (contestant and
+    judge). No ordering is asserted (even the embedded 135M judge marks every item of both answers as met):
+    only that the command runs end to end and writes consistent files; that a judge which can read word order
+    ranks the model above its shuffled copy is test_a_judge_that_reads_word_order_ranks_the_model_above_its_shuffled_copy."""
+    ckpt = tiny_qwen3[0]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "evals.run", "--suite=health",
-           "--models=base=smollm2-135m-instruct,shuf=shuffled:smollm2-135m-instruct",
-           "--judge=smollm2-135m-instruct", "--prompts=2", "--max_new_tokens=16", "--batch_size=2",
+           f"--models=base={ckpt},shuf=shuffled:{ckpt}",
+           f"--judge={ckpt}", "--prompts=2", "--max_new_tokens=16", "--batch_size=2",
            "--bootstrap=50", f"--cache_dir={tmp_path / 'cache'}", f"--out={out}"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]

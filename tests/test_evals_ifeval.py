@@ -494,10 +494,11 @@ def test_exactly_one_mode(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.smollm2
-def test_generate_and_score_on_the_embedded_model(tmp_path, capsys):
+def test_generate_and_score_on_a_tiny_checkpoint(tmp_path, capsys, tiny_qwen3):
+    """Generation then scoring on a tiny random checkpoint: the figures, files and the rescoring of the saved
+    answers are checked, none of which depends on the model following instructions."""
     out = tmp_path / "out"
-    rc = main(["--models=smollm2=smollm2-135m-instruct", "--limit=3", "--max_new_tokens=48", f"--out={out}",
+    rc = main([f"--models=smollm2={tiny_qwen3[0]}", "--limit=3", "--max_new_tokens=48", f"--out={out}",
                f"--cache_dir={tmp_path / 'cache'}", "--quiet"])
     assert rc == 0, capsys.readouterr().err
     assert "| smollm2 |" in capsys.readouterr().out
@@ -510,7 +511,7 @@ def test_generate_and_score_on_the_embedded_model(tmp_path, capsys):
     for name in HAND_ACC:
         assert 0.0 <= figures[name] <= 1.0, name
     assert figures["prompt_level_strict_acc"] <= figures["prompt_level_loose_acc"]
-    assert report["eval"]["models"]["smollm2"][0]["kind"] == "embedded"
+    assert report["eval"]["models"]["smollm2"][0]["kind"] == "hf"
     rows = _jsonl(out / "smollm2" / "eval_results_strict.jsonl")
     assert len(rows) == 3 and all(r["response"].strip() for r in rows)
     # the saved answers rescore to the same figures

@@ -272,10 +272,11 @@ def test_cli_rejects_bad_arguments(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.smollm2
-def test_end_to_end_on_the_embedded_model(tmp_path, capsys):
+def test_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, tiny_qwen3):
+    """The study end to end with a tiny random judge: counts, figures' shapes, the both-orders average and the
+    hard readings hold for any judge."""
     out = tmp_path / "study"
-    rc = jf.main(["--out", str(out), "--limit", "1", "--kinds", "truncated,constraint_violating",
+    rc = jf.main(["--out", str(out), "--model", tiny_qwen3[0], "--limit", "1", "--kinds", "truncated,constraint_violating",
                   "--modes", "logit,hard", "--prompts", "pairwise,pointwise"])
     assert rc == 0
     res = json.loads((out / "judge_fidelity.json").read_text())

@@ -105,6 +105,9 @@ def test_left_pad_and_errors():
 
 
 PROMPTS = [[151644, 872, 198, 9707, 1879], [3838, 374, 279, 6722, 315, 9625, 30, 151645, 198], [40, 1075]]
+# One sampler program serves most tests below: 3 prompts (or 1 or 2) left-padded to 16, G=3, 8 new tokens, no
+# EOS, pad 0 (the sampler compiles once per batch size, G, length, static filter switch, EOS ids and pad id).
+SHARED = dict(max_new_tokens=8, num_samples=3, eos_ids=(-1,), pad_id=0, prompt_length=16)
 
 
 def _recompute_logprobs(model, prompt, completion):
@@ -117,9 +120,9 @@ def _recompute_logprobs(model, prompt, completion):
 
 @pytest.mark.slow
 def test_decode_with_cache_equals_full_recompute(tiny_qwen3_model):
-    out = sample(tiny_qwen3_model, PROMPTS, max_new_tokens=12, temperature=1.0, eos_ids=(-1,), pad_id=0, seed=3)
-    assert out.lengths.tolist() == [12, 12, 12]
-    for prompt, comp, lps in zip(PROMPTS, out.completions(), out.logprobs):
+    out = sample(tiny_qwen3_model, PROMPTS, temperature=1.0, seed=3, **SHARED)
+    assert out.lengths.tolist() == [8] * 9
+    for prompt, comp, lps in zip([p for p in PROMPTS for _ in range(3)], out.completions(), out.logprobs):
         np.testing.assert_allclose(lps[: len(comp)], _recompute_logprobs(tiny_qwen3_model, prompt, comp), atol=1e-4)
 
 
@@ -139,7 +142,7 @@ def test_eos_stops_each_sequence(tiny_qwen3_model):
 
 @pytest.mark.slow
 def test_seeded_determinism(tiny_qwen3_model):
-    kw = dict(max_new_tokens=10, temperature=1.0, top_k=50, top_p=0.95, eos_ids=(-1,), pad_id=0)
+    kw = dict(temperature=1.0, top_k=50, top_p=0.95, **SHARED)
     a = sample(tiny_qwen3_model, PROMPTS, seed=11, **kw)
     b = sample(tiny_qwen3_model, PROMPTS, seed=11, **kw)
     c = sample(tiny_qwen3_model, PROMPTS, seed=12, **kw)
@@ -176,10 +179,9 @@ def test_prefix_sampler_equals_repeated_cache_sampler(tiny_qwen3_model):
                  pad_id=0)
     np.testing.assert_array_equal(out.tokens, toks_ref)
     # The G samples of one prompt differ from each other (independent keys per row).
-    out = sample(tiny_qwen3_model, PROMPTS, num_samples=4, max_new_tokens=6, temperature=1.0, eos_ids=(-1,),
-                 pad_id=0, seed=0)
-    assert out.tokens.shape == (len(PROMPTS) * 4, 6)
-    assert len({tuple(r) for r in out.tokens[:4]}) > 1
+    out = sample(tiny_qwen3_model, PROMPTS, temperature=1.0, seed=0, **SHARED)
+    assert out.tokens.shape == (len(PROMPTS) * 3, 8)
+    assert len({tuple(r) for r in out.tokens[:3]}) > 1
 
 
 OTHER = [11, 12, 13, 14, 15, 16]  # another prompt, to pair with PROMPTS[1]
@@ -188,8 +190,8 @@ OTHER = [11, 12, 13, 14, 15, 16]  # another prompt, to pair with PROMPTS[1]
 @pytest.mark.slow
 @pytest.mark.parametrize("filters", [dict(), dict(top_k=50, top_p=0.9, min_p=0.01)])
 def test_a_prompts_samples_do_not_depend_on_the_batch(tiny_qwen3_model, filters):
-    g = 3
-    kw = dict(max_new_tokens=8, num_samples=g, temperature=1.0, eos_ids=(-1,), pad_id=0, prompt_length=16, **filters)
+    g = SHARED["num_samples"]
+    kw = dict(temperature=1.0, **SHARED, **filters)
     keys = jax.random.split(jax.random.key(5), len(PROMPTS))  # one key per prompt, e.g. by global index
     together = sample(tiny_qwen3_model, PROMPTS, prompt_keys=keys, **kw)
     rows_b = slice(g, 2 * g)
@@ -208,7 +210,7 @@ def test_a_prompts_samples_do_not_depend_on_the_batch(tiny_qwen3_model, filters)
 
 @pytest.mark.slow
 def test_seed_gives_prompt_b_the_key_fold_in_b(tiny_qwen3_model):
-    kw = dict(max_new_tokens=6, num_samples=2, temperature=1.0, eos_ids=(-1,), pad_id=0, prompt_length=16)
+    kw = dict(temperature=1.0, **SHARED)
     by_seed = sample(tiny_qwen3_model, PROMPTS, seed=7, **kw)
     again = sample(tiny_qwen3_model, PROMPTS, seed=7, **kw)
     np.testing.assert_array_equal(by_seed.tokens, again.tokens)
@@ -218,6 +220,6 @@ def test_seed_gives_prompt_b_the_key_fold_in_b(tiny_qwen3_model):
     explicit = sample(tiny_qwen3_model, PROMPTS, prompt_keys=prompt_keys_for(7, 3), **kw)
     np.testing.assert_array_equal(explicit.tokens, by_seed.tokens)
     last = sample(tiny_qwen3_model, PROMPTS[2:], prompt_keys=jax.random.fold_in(jax.random.key(7), 2)[None], **kw)
-    np.testing.assert_array_equal(last.tokens, by_seed.tokens[4:])
+    np.testing.assert_array_equal(last.tokens, by_seed.tokens[6:])
     with pytest.raises(ValueError, match="one per prompt"):
         sample(tiny_qwen3_model, PROMPTS, prompt_keys=prompt_keys_for(7, 2), **kw)

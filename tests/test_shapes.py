@@ -1,6 +1,6 @@
 """Shapes that do not recompile: the length ladder, completion trimming that leaves the update unchanged, the
-persistent compilation cache setting, compile counting, and a 20-step tiny run that compiles each jitted program
-at most 4 times."""
+persistent compilation cache setting, compile counting, and a 4-step tiny run (20 steps in the heavy tier) that
+compiles each jitted program at most 4 times."""
 
 import dataclasses
 import functools
@@ -317,25 +317,24 @@ def _cut_lengths(real_sample, step_longest):
     return cut
 
 
-@pytest.mark.slow
-def test_a_20_step_tiny_run_compiles_each_program_at_most_4_times(tiny_qwen3, tmp_path, monkeypatch, capsys):
-    """configs/rcrl.py:tiny for 20 steps (a criterion more every step, completion lengths forced over every
-    rung), on the tiny random Qwen3 checkpoint to keep it quick: every jitted function in rubric_jax holds at
+def _tiny_run(tiny_qwen3, tmp_path, monkeypatch, capsys, steps, step_longest):
+    """configs/rcrl.py:tiny for `steps` steps on the tiny random Qwen3 checkpoint, a criterion more every step and
+    step i's longest completion cut to step_longest[i]; checks that every jitted function in rubric_jax holds at
     most 4 programs (the judge's too, whatever its functions are called)."""
     from rubric_jax.rl import trainer
 
     c = _load_config("rcrl", "tiny")
     c.model = tiny_qwen3[0]
-    c.steps = 20
+    c.steps = steps
     c.max_completion_len = 32  # ladder (8, 16, 24, 32): four completion widths
     c.judge.max_response_tokens = 32
-    c.checkpoint.every = 20
+    c.checkpoint.every = steps
     c.tensorboard = False
-    monkeypatch.setattr(trainer, "sample", _cut_lengths(trainer.sample, [5, 12, 20, 32, 3, 30, 15, 24]))
+    monkeypatch.setattr(trainer, "sample", _cut_lengths(trainer.sample, step_longest))
     jax.clear_caches()  # count this run's programs only
     with CompileCounter() as counter:
         hist = trainer.train(c, str(tmp_path))
-    assert len(hist) == 20
+    assert len(hist) == steps
     per_fn = {k: f._cache_size() for k, f in jitted_functions().items() if f._cache_size()}
     widths = sorted({int(m["shape/completion_width"]) for m in hist})
     with capsys.disabled():
@@ -353,3 +352,23 @@ def test_a_20_step_tiny_run_compiles_each_program_at_most_4_times(tiny_qwen3, tm
     assert per_fn.get("rubric_jax.rl.policy._grad_jit") == len(widths)
     over = {k: n for k, n in per_fn.items() if n > MAX_RUNGS}
     assert not over, f"jitted functions compiled more than {MAX_RUNGS} times: {over}"
+
+
+@pytest.mark.slow
+def test_a_4_step_tiny_run_compiles_each_program_at_most_4_times(tiny_qwen3, tmp_path, monkeypatch, capsys):
+    """CI's version of the 20-step run below: 4 steps whose longest completions (5, 12, 20, 32 tokens) land on
+    the four rungs of the ladder, one width per step, with 1 to 4 active criteria. About 45 s on 2 cores: each
+    step with a new criterion count compiles its ~50 small eager reward and judge-result ops again (the
+    20-step run measured 116 compiles at step 0, ~55 at each of steps 1-12, none after), plus the four gradient
+    programs; fewer steps could not reach all four widths."""
+    _tiny_run(tiny_qwen3, tmp_path, monkeypatch, capsys, 4, [5, 12, 20, 32])
+
+
+@pytest.mark.heavy
+@pytest.mark.slow
+def test_a_20_step_tiny_run_compiles_each_program_at_most_4_times(tiny_qwen3, tmp_path, monkeypatch, capsys):
+    """20 steps (a criterion more every step until all 13 of the rubric are active at step 12, completion lengths
+    forced over every rung in mixed order): the judge's shape budget spent and its ceiling shape reused over a
+    long curriculum. Heavy: ~110 s on 2 cores, most of it the ~55 eager-op compiles of each new criterion count;
+    CI runs the 4-step version above."""
+    _tiny_run(tiny_qwen3, tmp_path, monkeypatch, capsys, 20, [5, 12, 20, 32, 3, 30, 15, 24])

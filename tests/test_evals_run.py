@@ -331,7 +331,9 @@ def test_peft_adapter_spec_matches_the_lora_model(tiny_qwen3, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.smollm2
-def test_pairwise_elo_real_small_run(tmp_path):
+def test_pairwise_elo_real_small_run(tmp_path, monkeypatch):
+    """The command line on the embedded SmolLM2 (contestant and judge): its judge must rate the model above
+    its own word-shuffled copy, a claim about the real model that a random checkpoint cannot make."""
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "evals.run", "--suite=pairwise_elo",
            "--models=base=smollm2-135m-instruct,shuffled=shuffled:smollm2-135m-instruct",
@@ -353,9 +355,20 @@ def test_pairwise_elo_real_small_run(tmp_path):
     assert len(comps["a"]) == 6 * 2  # 6 prompts x one pair x both orders
     assert set(zip(comps["a"].tolist(), comps["b"].tolist())) == {(0, 1), (1, 0)}
     assert "base" in r.stdout and "shuffled" in r.stdout  # the ratings table
-    # a rerun recomputes nothing: no generation, no judging
-    r2 = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r2.returncode == 0, r2.stderr[-3000:]
+    # a rerun recomputes nothing: no model is loaded, nothing generated or judged (in-process, so that a
+    # load, a sample or a judgment fails the rerun; the command line itself was run above)
+    import evals.generate
+    import evals.judges
+    import evals.models
+    from evals.run import main
+
+    def recomputed(*a, **k):
+        raise AssertionError("the rerun recomputed something")
+
+    monkeypatch.setattr(evals.models.LoadedMember, "_load", recomputed)
+    monkeypatch.setattr(evals.generate, "sample", recomputed)
+    monkeypatch.setattr(evals.judges.LocalJudge, "_judge", recomputed)
+    assert main(cmd[3:]) == 0
     assert json.loads((out / "results.json").read_text())["models"] == res["models"]
 
 

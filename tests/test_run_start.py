@@ -196,14 +196,16 @@ def test_exploration_projection_is_fixed_over_steps_and_resume(tiny_qwen3, tmp_p
     def cfg(steps, seed):
         c = load_config("rcrl_exploration", "tiny")
         c.model, c.steps, c.seed, c.max_completion_len, c.tensorboard = tiny_qwen3[0], steps, seed, 8, False
-        c.checkpoint.every = 3
+        c.checkpoint.every = 2
         return c
 
+    # two steps (the matrix is the same at both), then one more after the resume: every step recompiles the
+    # judge for its new number of active criteria, so more steps would only repeat the same checks
     wd = str(tmp_path / "run")
-    trainer.train(cfg(3, seed=0), wd)
-    # resumed with another seed: the checkpoint's projection seed wins, so steps 3..5 use step 0's matrix
-    trainer.train(cfg(6, seed=1), wd)
-    assert len(seen) == 6
+    trainer.train(cfg(2, seed=0), wd)
+    # resumed with another seed: the checkpoint's projection seed wins, so step 2 uses step 0's matrix
+    trainer.train(cfg(3, seed=1), wd)
+    assert len(seen) == 3
     want = np.asarray(reward.exploration_projection(0, seen[0].shape[0], reward.RewardConfig(exploration_dim=64)))
     np.testing.assert_array_equal(seen[0], want)
     for p in seen[1:]:

@@ -1,5 +1,5 @@
 """Automatic curriculum pacing: the pure rule (rubric_jax.rewards.pacing) and the held-out evaluation
-(rubric_jax.rl.pacing_phase), on scripted readings, stand-in models and the embedded SmolLM2."""
+(rubric_jax.rl.pacing_phase), on scripted readings, stand-in models and a tiny random Qwen3."""
 
 import dataclasses
 import json
@@ -338,25 +338,29 @@ def test_blocks_cover_the_prompts_in_process_order():
         assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
 
 
-@pytest.mark.smollm2
 @pytest.mark.slow
-def test_pacing_phase_on_smollm2(smollm2, smollm2_tokenizer):
+def test_pacing_phase_with_a_real_judge_and_generator(tiny_qwen3_model, qwen_tokenizer):
+    """The phase with the real greedy generator and Judge, on the tiny random Qwen3: what is checked (an exact
+    tie when the policy is the base, a reading that moves with the policy's answers, the base answered once)
+    is the phase's bookkeeping, not a real model's preferences."""
     from rubric_jax.judge import Judge
+
+    model, tok = tiny_qwen3_model, qwen_tokenizer
 
     cfg = P.PacingConfig.for_interval(1, prompts=2)
     _, held = PP.split_records(load_jsonl("creative_writing"), cfg, min_train=2)
     criteria = list(load_rubric("creative_writing").criteria[:2])
     base_calls = []
-    greedy = PP.greedy_generator(smollm2_tokenizer, max_new_tokens=4)
+    greedy = PP.greedy_generator(tok, max_new_tokens=4)
 
     def generate(model, ids):
         base_calls.append(len(ids))
         return greedy(model, ids)
 
-    rt = PP.build(cfg, held, criteria, smollm2_tokenizer, max_new_tokens=4, generate=generate)
+    rt = PP.build(cfg, held, criteria, tok, max_new_tokens=4, generate=generate)
     # soft verdicts, as the trainer's pacing judge reads them (rubric_jax.rl.setup)
-    judge = Judge(smollm2, smollm2_tokenizer, mode="logit", lane_tokens=32, max_response_tokens=16)
-    kw = dict(policy_model=smollm2, base_model=smollm2, judge=judge)
+    judge = Judge(model, tok, mode="logit", lane_tokens=32, max_response_tokens=16)
+    kw = dict(policy_model=model, base_model=model, judge=judge)
     _, m0 = PP.advance(rt, 0, **kw)
     # The policy is the base: the same greedy answers, judged in both orders, tie exactly.
     assert 0.0 <= m0["pacing/heldout_win_rate"] <= 1.0
@@ -385,9 +389,9 @@ def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path,
     from rubric_jax.rl.checkpoint import Checkpointer
     from rubric_jax.rl.metrics import read_metrics
 
-    def cfg():
+    def cfg():  # 3 steps: the resumed step 2 decides on the reading history restored from the checkpoint
         c = load_config("rcrl_auto_pacing", "tiny")
-        c.model, c.steps, c.max_completion_len, c.tensorboard = tiny_qwen3[0], 4, 8, False
+        c.model, c.steps, c.max_completion_len, c.tensorboard = tiny_qwen3[0], 3, 8, False
         c.checkpoint.every = 2
         return c
 
@@ -408,7 +412,7 @@ def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path,
                      check=lambda: Checkpointer(resumed).latest_step() == 2)
     assert len(generated) == 2  # once per fresh run, not again on the resume
     ma, mb = read_metrics(straight), read_metrics(resumed)
-    assert [m["step"] for m in mb] == [0, 1, 2, 3]
+    assert [m["step"] for m in mb] == [0, 1, 2]
     for x, y in zip(ma, mb):
         assert x["active_criteria"] == x["pacing/active_criteria"]  # the weights follow the pacing state
         for k in x:

@@ -1,8 +1,9 @@
 """RARE's rubric writer: prompt, validation, the retry loop (scripted backend), the remote backend against
-our own server, and the embedded SmolLM2 as a schema-constrained local writer (slow)."""
+our own serving app, and the embedded SmolLM2 as a schema-constrained local writer (slow: 3 seeds in CI, 20 in the
+heavy tier)."""
 
-import functools
 import json
+import os
 import time
 
 import numpy as np
@@ -470,21 +471,25 @@ def test_a_backend_failure_counts_as_an_attempt_and_does_not_raise():
 # ---- real backends (slow) -----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def long_context_server(tmp_path_factory):
-    """`python -m rubric_jax.serve` on a tiny random Qwen3, as serve_fixture starts it, but with a 2048-token
-    context: the writer's prompt (~700 tokens at the least) does not fit the shared server's 512."""
-    import conftest
-    from serve_fixture import serve_process
+def long_context_server(tiny_qwen3, tmp_path_factory):
+    """rubric_jax.serve's app (its Engine and create_app, run by uvicorn in a thread of this process; the
+    `python -m rubric_jax.serve` subprocess is test_serve.py's and test_openai_client.py's) on the session's tiny
+    random Qwen3 with a 2048-token context: the writer's prompt (~700 tokens at the least) does not fit its 512."""
+    from serve_fixture import thread_server
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(conftest, "write_tiny_checkpoint",
-               functools.partial(conftest.write_tiny_checkpoint, max_position_embeddings=2048))
-    try:
-        with serve_process(str(tmp_path_factory.mktemp("serve_rare"))) as (base, _, _):
-            mp.undo()
-            yield base
-    finally:
-        mp.undo()
+    from rubric_jax.serve import Engine, create_app, load_for_serving
+
+    src, d = tiny_qwen3[0], str(tmp_path_factory.mktemp("serve_rare") / "tiny_qwen3")
+    os.makedirs(d)
+    for f in os.listdir(src):  # the same weights and tokenizer, only the context changed
+        if f != "config.json":
+            os.symlink(os.path.join(src, f), os.path.join(d, f))
+    config = json.load(open(os.path.join(src, "config.json")))
+    json.dump(config | {"max_position_embeddings": 2048}, open(os.path.join(d, "config.json"), "w"))
+    model, tokenizer = load_for_serving(d)
+    app = create_app(Engine(model, tokenizer, max_batch=8), "tiny_qwen3", max_batch=8, batch_wait_ms=300)
+    with thread_server(app, what="serve app") as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.mark.slow
@@ -497,7 +502,13 @@ def test_remote_writer_against_the_live_server_retries_then_gives_up(long_contex
     stats = lambda: httpx.get(f"{base}/stats", timeout=10).json()["requests"]  # noqa: E731
     rub = Rubric("rain", (Criterion("tone", "Tone", "Is the line hopeful?"),
                           Criterion("length", "Length", "Is it one line?")))
-    req = WriteRequest("Write one line about rain.", rub, ("tone",), 1, "negative", ("Rain taps.", "Rain falls."),
+    # a query long enough that all three prompts (~780, 870 and 970 tokens) fall in one of the server's prompt
+    # buckets (1024): one compiled program, not two
+    query = ("Write one line about rain: the slow, grey rain of a late autumn afternoon in a small harbour town, heard "
+             "from a kitchen table where someone waits for a letter that may never come. Keep it under twenty words, "
+             "plain and concrete, in the present tense, without rhyme, without naming any feeling outright, and end "
+             "on a sound rather than an image: the gutter, the kettle, a door.")
+    req = WriteRequest(query, rub, ("tone",), 1, "negative", ("Rain taps.", "Rain falls."),
                        np.ones((2, 2), int), np.ones((2, 2), bool))
     cfg = WriterConfig(max_attempts=3, max_new_tokens=24)
     writer = RemoteWriter(ChatClient(base, "tiny_qwen3", max_retries=0), cfg)
@@ -520,18 +531,14 @@ def test_remote_writer_against_the_live_server_retries_then_gives_up(long_contex
     assert last[4]["content"] == out.raw[1] and out.errors[1] in last[5]["content"]
 
 
-@pytest.mark.slow
-@pytest.mark.smollm2
-def test_smollm2_local_writer_passes_full_validation_20_of_20(smollm2, smollm2_tokenizer):
-    """The embedded SmolLM2 as a constrained local writer: its first answer passes every check, 20 seeds in
-    one batched call."""
+def smollm2_writer_errors(model, tokenizer, cfg: WriterConfig, seeds) -> list[str]:
+    """The embedded SmolLM2 as a constrained local writer, one batched call of the negative request with these
+    seeds: the validation error of each first answer that fails the full validator (none expected)."""
     req = make_request("negative")
-    # shorter string limits than the defaults: a 135M model often repeats itself up to the limit
-    cfg = WriterConfig(max_new_tokens=1536, max_check_chars=200, max_level_chars=120, max_diagnosis_chars=160)
-    writer = LocalWriter(smollm2, smollm2_tokenizer, cfg)
-    convo = build_messages(req, cfg, smollm2_tokenizer)
+    writer = LocalWriter(model, tokenizer, cfg)
+    convo = build_messages(req, cfg, tokenizer)
     t0 = time.perf_counter()
-    texts = writer.complete([convo] * 20, list(range(20)), requests=[req] * 20)
+    texts = writer.complete([convo] * len(seeds), list(seeds), requests=[req] * len(seeds))
     wall = time.perf_counter() - t0
     errors = []
     for t in texts:
@@ -539,5 +546,33 @@ def test_smollm2_local_writer_passes_full_validation_20_of_20(smollm2, smollm2_t
             validate_replacements(t, req)
         except ReplacementError as e:
             errors.append(f"{e}: {t[:300]}")
-    print(f"\nSmolLM2 constrained writer: {20 - len(errors)}/20 valid, {wall:.1f} s for 20 seeded tries")
+    print(f"\nSmolLM2 constrained writer: {len(seeds) - len(errors)}/{len(seeds)} valid, {wall:.1f} s for "
+          f"{len(seeds)} seeded tries (answers {[len(tokenizer.encode(t)) for t in texts]} tokens)")
+    return errors
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+def test_smollm2_local_writer_passes_full_validation(smollm2, smollm2_tokenizer):
+    """CI's version of the 20-of-20 check below (heavy tier): the embedded SmolLM2's first answers pass every
+    check, 3 of its 20 seeds in one batched call, with tighter string limits (answers of ~170-250 tokens
+    instead of up to ~860: decoding time is one step per token of the longest answer). The grammar itself
+    has fast tests above (no model) and in test_constrained.py (tiny random model). Over 30 s on 2 loaded
+    cores: ~250 decode steps of the 135M model plus its prefill of the ~1600-token prompt."""
+    cfg = WriterConfig(max_new_tokens=1536, max_name_chars=24, max_check_chars=64, max_level_chars=32,
+                       max_diagnosis_chars=32)
+    errors = smollm2_writer_errors(smollm2, smollm2_tokenizer, cfg, (3, 4, 5))
+    assert not errors, errors
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+@pytest.mark.heavy
+def test_smollm2_local_writer_passes_full_validation_20_of_20(smollm2, smollm2_tokenizer):
+    """The embedded SmolLM2 as a constrained local writer: its first answer passes every check, 20 seeds in
+    one batched call. Heavy: ~860 decode steps of a 24-row batch (~4 minutes on 2 cores); CI runs the
+    3-seed version above."""
+    # shorter string limits than the defaults: a 135M model often repeats itself up to the limit
+    cfg = WriterConfig(max_new_tokens=1536, max_check_chars=200, max_level_chars=120, max_diagnosis_chars=160)
+    errors = smollm2_writer_errors(smollm2, smollm2_tokenizer, cfg, range(20))
     assert not errors, errors

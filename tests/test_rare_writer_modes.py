@@ -459,7 +459,10 @@ SCRIPT_CASES = (
 def test_smollm2_local_writer_rewrites_a_shared_script_rubric(smollm2, smollm2_tokenizer):
     """The embedded SmolLM2, decoding under the revise grammar, rewrites (the first three criteria of) the bundled
     live-action rubric from 12 representative cases: its first answer passes the full validator. (All six
-    criteria, three seeds: 3 of 3 valid, but ~8 minutes of CPU decoding, too long for every CI run.)"""
+    criteria, three seeds: 3 of 3 valid, but ~8 minutes of CPU decoding, too long for every CI run.) Tight
+    string limits keep the answer (3 updates, 13 level descriptions) near 340 tokens (570 with the looser
+    ones): decoding is one step per token. Over 30 s on 2 loaded cores: those steps of the 135M model and the
+    prefill of its ~2300-token prompt."""
     full = load_rubric("script_live_action")
     rubric = Rubric(full.name, full.criteria[:3], description=full.description)
     rng = np.random.default_rng(0)
@@ -472,9 +475,9 @@ def test_smollm2_local_writer_rewrites_a_shared_script_rubric(smollm2, smollm2_t
         eligible=rubric.ids, count=len(rubric), direction="any", responses=SCRIPT_CASES, scores=scores,
         valid=np.ones_like(scores, bool), mode="revise", queries=SCRIPT_QUERIES,
         notes=tuple(f"group mean reward {m:.2f}, rank {int(k) + 1} of {N}" for m, k in zip(means, rank)))
-    # short texts and string limits keep the 135M model's answer (23 level descriptions) well inside the budget
-    cfg = WriterConfig(max_new_tokens=1536, max_response_tokens=32, max_query_tokens=24, max_name_chars=32,
-                       max_check_chars=110, max_level_chars=64, max_diagnosis_chars=64)
+    # short texts and string limits keep the 135M model's answer (13 level descriptions) well inside the budget
+    cfg = WriterConfig(max_new_tokens=1536, max_response_tokens=32, max_query_tokens=24, max_name_chars=24,
+                       max_check_chars=64, max_level_chars=32, max_diagnosis_chars=32)
     writer = LocalWriter(smollm2, smollm2_tokenizer, cfg)
     convo = build_messages(req, cfg, smollm2_tokenizer)
     t0 = time.perf_counter()

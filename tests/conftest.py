@@ -85,6 +85,36 @@ QWEN_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json",
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+README_TRAIN = ("-m", "rubric_jax.main", "--config=configs/rcrl.py:tiny")  # the README's first command
+
+
+@pytest.fixture(scope="session")
+def trained_workdir(tmp_path_factory):
+    """The README's first command, `python -m rubric_jax.main --config=configs/rcrl.py:tiny --workdir=...`: two
+    RcRL steps of LoRA training on the embedded SmolLM2, run once per test session and shared by both xdist
+    workers (the main-job, resume, workdir, evals and notebook tests). Returns .path, .stdout, .stderr.
+
+    Tests only read it: one that resumes or changes the run works on a copy (shutil.copytree).
+    """
+    import subprocess
+    import sys
+    import types
+
+    def build(d):
+        wd = os.path.join(d, "run")
+        p = subprocess.run([sys.executable, *README_TRAIN, f"--workdir={wd}"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=900, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        for name, text in (("stdout", p.stdout), ("stderr", p.stderr), ("returncode", str(p.returncode))):
+            with open(os.path.join(d, name + ".txt"), "w", encoding="utf-8") as f:
+                f.write(text)
+
+    d = shared_once(tmp_path_factory, "trained_workdir", build)
+    read = lambda name: open(os.path.join(d, name + ".txt"), encoding="utf-8").read()
+    if read("returncode") != "0":
+        pytest.fail(f"the README's training command failed (exit {read('returncode')}):\n{read('stderr')[-3000:]}")
+    return types.SimpleNamespace(path=os.path.join(d, "run"), stdout=read("stdout"), stderr=read("stderr"))
+
+
 def load_config(name, arg=None):
     """configs/<name>.py's get_config(arg), e.g. load_config("rcrl", "tiny")."""
     import importlib.util

@@ -40,8 +40,14 @@ def test_notebook_is_valid_and_stored_without_outputs():
 
 @pytest.mark.slow
 @pytest.mark.smollm2
-def test_notebook_runs_end_to_end(tmp_path, monkeypatch):
+def test_notebook_runs_end_to_end(trained_workdir, tmp_path, monkeypatch):
+    """Every cell, as a Colab user runs them. Its training cell is the README's first command, which the session
+    has already run (conftest.trained_workdir): the notebook gets a copy of that run, so the cell resumes it at
+    its last step instead of training it a second time."""
+    import shutil
+
     nbclient = pytest.importorskip("nbclient")
+    shutil.copytree(trained_workdir.path, tmp_path / "run")
     nb = _read()
     # as papermill does: settings appended to the parameters cell override the defaults
     _parameters(nb).source += "\n" + "\n".join([
@@ -67,6 +73,7 @@ def test_notebook_runs_end_to_end(tmp_path, monkeypatch):
     assert images == 3, f"expected the curves, ratings and win-rate plots inline, got {images} images"
     text = "".join(texts)
     assert "rubric_jax ready" in text and "skipped: set QWEN3" in text
+    assert "resumed from step 2" in text  # the training cell ran the README's command on WORKDIR
     # the run trained to the end and the evaluation rated both contestants
     assert sorted(os.listdir(tmp_path / "run" / "checkpoints"))[-1] == "2"
     results = json.load(open(tmp_path / "eval" / "results.json"))

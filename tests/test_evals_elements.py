@@ -1,5 +1,5 @@
 """evals suite elements: the bundled element lists, seeded draws, prompts, question sets, the per-model summary
-and one real end-to-end run on the embedded model."""
+and one real end-to-end run on a tiny random checkpoint."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 """evals.suites.fixed_rubric: normalisation to 0-100, macro averaging over task types, verdicts with ties,
-the stratified bootstrap, the metric set, and one real tiny run on the embedded model."""
+the stratified bootstrap, the metric set, and one real tiny run on a tiny random checkpoint."""
 
 import json
 import os

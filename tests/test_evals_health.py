@@ -1,5 +1,5 @@
 """evals.suites.health: HealthBench scoring by hand, tag aggregation, the loader and its errors, the bundled
-set, and one real tiny run on the embedded model."""
+set, and one real tiny run on a tiny random checkpoint."""
 
 import json
 import os

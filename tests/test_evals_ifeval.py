@@ -1,5 +1,5 @@
 """evals.ifeval: the bundled IFEval-format prompt set, scoring against figures worked out by hand, parity of
-the per-prompt verdicts with lm-eval's own IFEval evaluation, CLI errors, and a real run on the embedded model.
+the per-prompt verdicts with lm-eval's own IFEval evaluation, CLI errors, and a real run on a tiny random checkpoint.
 
 lm-eval (0.4.9, test extra only) is the oracle and nothing more: its package ``__init__`` imports every model
 backend, so its IFEval task files are loaded by path under stand-in parent packages, and its Punkt sentence

@@ -1,5 +1,5 @@
 """evals suite rubric_score: the CWv3 prompt-file loader, seed insertion, negative-criterion inversion, margins and
-the margin-weighted ratings, and one real end-to-end run on the embedded model."""
+the margin-weighted ratings, and one real end-to-end run on a tiny random checkpoint."""
 
 import json
 import os

@@ -1,6 +1,6 @@
 """evals.judge_pairs / judge_variants / judge_fidelity: the degradations on hand-made text, the bundled pair set,
-the figures on hand-made verdicts, the study's reading of engine results (scripted judge), and (slow) a tiny
-end-to-end run on the embedded SmolLM2."""
+the figures on hand-made verdicts, the study's reading of engine results (scripted judge), and (slow) an
+end-to-end run with a tiny random judge."""
 
 from __future__ import annotations
 
@@ -235,28 +235,29 @@ def test_judge_pairwise_reads_orders_inverts_and_averages(answers):
 # ---- variants and CLI --------------------------------------------------------------------------
 
 
-def test_variant_registry_and_template_builder(smollm2_tokenizer):
+def test_variant_registry_and_template_builder(qwen_tokenizer):
+    """Any chat tokenizer will do (the builders are what is checked): the tiny checkpoint's Qwen3 one."""
     from rubric_jax.judge.prompts import PromptBuilder, PromptConfig
 
     assert "baseline" in jv.VARIANTS and len(jv.VARIANTS) >= 3
     assert not jv.get_variant("baseline").needs_hook and jv.get_variant("worse").needs_hook
     with pytest.raises(ValueError):
         jv.get_variant("nope")
-    base = PromptBuilder(smollm2_tokenizer, PromptConfig())
+    base = PromptBuilder(qwen_tokenizer, PromptConfig())
     crit = load_rubric("creative_writing").criteria[0]
     templated = [v for v in jv.VARIANTS.values() if v.template]
     assert {v.template for v in templated} == set(jv.TEMPLATES)
     for v in templated:
         t = jv.TEMPLATES[v.template]
-        b = jv.TemplatePromptBuilder(smollm2_tokenizer, PromptConfig(**dict(v.prompt)), t)
+        b = jv.TemplatePromptBuilder(qwen_tokenizer, PromptConfig(**dict(v.prompt)), t)
         assert b.fingerprint != base.fingerprint
         head = b.head("pair", [1, 2], [3, 4])
-        text = smollm2_tokenizer.decode(list(head) + list(b.body([5])) + list(b.suffix("pair", crit)))
+        text = qwen_tokenizer.decode(list(head) + list(b.body([5])) + list(b.suffix("pair", crit)))
         assert t.cue in text and crit.check in text
         assert text.rstrip().endswith(t.cue.rstrip())  # the verdict token comes right after the cue
         assert b.head("point", [1], [2]) == base.head("point", [1], [2])  # pointwise untouched
         assert not b.segments("pair", True)["tail"].endswith(t.cue)  # generate mode writes its own answer
-    judges = jv.make_judges(None, smollm2_tokenizer, "both_sentence", model_id="m")  # no weights needed to build
+    judges = jv.make_judges(None, qwen_tokenizer, "both_sentence", model_id="m")  # no weights needed to build
     assert [inv for _, inv in judges] == [False, True]
     assert judges[0][0].config.prompt.pairwise_cue == "The better response is Response"
     assert isinstance(judges[1][0].prompts, jv.TemplatePromptBuilder)

@@ -1,5 +1,5 @@
 """evals.verifier_study: the figures, the programmatic item set, the study end to end with a scripted verifier,
-and (slow) a smoke run on the embedded SmolLM2."""
+and (slow) a smoke run with a tiny random verifier."""
 
 from __future__ import annotations
 

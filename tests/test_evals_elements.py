@@ -79,7 +79,9 @@ def test_summary_formulas():
 def test_elements_real_tiny_run(tmp_path, tiny_qwen3):
     """The command line end to end on a tiny random checkpoint (contestant, shuffled copy and judge): nothing
     here depends on what a real model says, only that the suite runs and its files agree with each other;
-    the suite's arithmetic on known scores is test_run_with_fake_models."""
+    the suite's arithmetic on known scores is test_run_with_fake_models.
+    Can take over 30 s on a loaded CI machine: a subprocess (the command line is what is checked) that imports jax
+    and compiles its sampler and judge programs, which no other test process shares."""
     ckpt = tiny_qwen3[0]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "evals.run", "--suite=elements",

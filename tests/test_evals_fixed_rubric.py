@@ -97,7 +97,9 @@ def test_fixed_rubric_real_tiny_run(tmp_path, tiny_qwen3):
     judge). No ordering is asserted (even the embedded 135M judge cannot order these: it gives every metric 2
     to both and prefers whichever script it sees first), only that the command runs end to end and its files
     agree with each other; that a judge which can read word order ranks the model above its shuffled copy is
-    test_a_judge_that_reads_word_order_ranks_the_model_above_its_shuffled_copy."""
+    test_a_judge_that_reads_word_order_ranks_the_model_above_its_shuffled_copy.
+    Can take over 30 s on a loaded CI machine: a subprocess (the command line is what is checked) that imports jax
+    and compiles its sampler and judge programs, which no other test process shares."""
     ckpt = tiny_qwen3[0]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "evals.run", "--suite=fixed_rubric",

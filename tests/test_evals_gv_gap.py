@@ -137,6 +137,8 @@ def test_degradations_of_a_single_sentence():
 @pytest.mark.slow
 @pytest.mark.smollm2
 def test_gv_gap_end_to_end_on_smollm2(tmp_path):
+    """Needs the real SmolLM2 judge (it must tell answers from their degraded copies above chance, measured at
+    this setting), hence over 30 s: loading and compiling the 135M model's sampler and three judge programs."""
     from evals.run import main
 
     out = tmp_path / "out"

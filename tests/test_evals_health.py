@@ -147,7 +147,10 @@ def test_health_real_tiny_run(tmp_path, tiny_qwen3):
     """2 examples, 16 new tokens, base against its shuffled copy, on a tiny random checkpoint (contestant and
     judge). No ordering is asserted (even the embedded 135M judge marks every item of both answers as met):
     only that the command runs end to end and writes consistent files; that a judge which can read word order
-    ranks the model above its shuffled copy is test_a_judge_that_reads_word_order_ranks_the_model_above_its_shuffled_copy."""
+    ranks the model above its shuffled copy is
+    test_a_judge_that_reads_word_order_ranks_the_model_above_its_shuffled_copy.
+    Can take over 30 s on a loaded CI machine: a subprocess (the command line is what is checked) that imports jax
+    and compiles its sampler and judge programs, which no other test process shares."""
     ckpt = tiny_qwen3[0]
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "evals.run", "--suite=health",

@@ -277,8 +277,8 @@ def test_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, tiny_qwen3):
     """The study end to end with a tiny random judge: counts, figures' shapes, the both-orders average and the
     hard readings hold for any judge."""
     out = tmp_path / "study"
-    rc = jf.main(["--out", str(out), "--model", tiny_qwen3[0], "--limit", "1", "--kinds", "truncated,constraint_violating",
-                  "--modes", "logit,hard", "--prompts", "pairwise,pointwise"])
+    rc = jf.main(["--out", str(out), "--model", tiny_qwen3[0], "--limit", "1",
+                  "--kinds", "truncated,constraint_violating", "--modes", "logit,hard", "--prompts", "pairwise,pointwise"])
     assert rc == 0
     res = json.loads((out / "judge_fidelity.json").read_text())
     md = (out / "judge_fidelity.md").read_text()

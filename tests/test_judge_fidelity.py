@@ -275,10 +275,12 @@ def test_cli_rejects_bad_arguments(tmp_path, capsys):
 @pytest.mark.slow
 def test_end_to_end_on_a_tiny_checkpoint(tmp_path, capsys, tiny_qwen3):
     """The study end to end with a tiny random judge: counts, figures' shapes, the both-orders average and the
-    hard readings hold for any judge."""
+    hard readings hold for any judge. Near 30 s on a loaded machine: it compiles the judge's programs for both
+    prompt kinds in both modes, each of which is checked."""
     out = tmp_path / "study"
     rc = jf.main(["--out", str(out), "--model", tiny_qwen3[0], "--limit", "1",
-                  "--kinds", "truncated,constraint_violating", "--modes", "logit,hard", "--prompts", "pairwise,pointwise"])
+                  "--kinds", "truncated,constraint_violating", "--modes", "logit,hard",
+                  "--prompts", "pairwise,pointwise"])
     assert rc == 0
     res = json.loads((out / "judge_fidelity.json").read_text())
     md = (out / "judge_fidelity.md").read_text()

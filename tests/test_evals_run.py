@@ -410,11 +410,12 @@ def test_two_judges_one_in_process_one_remote(tmp_path, tmp_path_factory):
     base, log_path, _ = shared_server(tmp_path_factory)
     ckpt = os.path.join(os.path.dirname(log_path), "tiny_qwen3")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "evals.run", "--suite=pairwise_elo", f"--models=a={ckpt},s=shuffled:{ckpt}",
-           f"--judges={ckpt},openai:tiny_qwen3@{base}", "--prompts=3", "--max_new_tokens=12", f"--out={out}",
-           f"--cache_dir={tmp_path / 'cache'}", "--bootstrap=50", "--quiet"]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    from evals.run import main
+
+    # in-process: the command line itself is test_pairwise_elo_real_small_run's
+    assert main(["--suite=pairwise_elo", f"--models=a={ckpt},s=shuffled:{ckpt}",
+                 f"--judges={ckpt},openai:tiny_qwen3@{base}", "--prompts=3", "--max_new_tokens=12", f"--out={out}",
+                 f"--cache_dir={tmp_path / 'cache'}", "--bootstrap=50", "--quiet"]) == 0
     comps = np.load(out / "comparisons.npz")
     assert len(comps["a"]) == 3 * 2 * 2  # prompts x both orders x judges
     assert sorted(np.unique(comps["judge"]).tolist()) == sorted([ckpt, f"openai:tiny_qwen3@{base}"])

@@ -380,7 +380,7 @@ def test_pacing_phase_with_a_real_judge_and_generator(tiny_qwen3_model, qwen_tok
 @pytest.mark.slow
 def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path, monkeypatch):
     """configs/rcrl_auto_pacing.py:tiny on a tiny random model: the weights follow the pacing state, held-out
-    prompts leave the training set, and a run killed inside step 2 and restarted logs what an uninterrupted run
+    prompts leave the training set, and a run killed inside step 1 and restarted logs what an uninterrupted run
     logs, pacing readings included, without generating the base answers again."""
     from conftest import load_config
     from test_trainer import kill_then_resume
@@ -389,10 +389,12 @@ def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path,
     from rubric_jax.rl.checkpoint import Checkpointer
     from rubric_jax.rl.metrics import read_metrics
 
-    def cfg():  # 3 steps: the resumed step 2 decides on the reading history restored from the checkpoint
+    # 2 steps, saved after each: the resumed step 1 reads again and decides (a plateau needs the reading of
+    # step 0, which only the checkpoint's pacing state holds)
+    def cfg():
         c = load_config("rcrl_auto_pacing", "tiny")
-        c.model, c.steps, c.max_completion_len, c.tensorboard = tiny_qwen3[0], 3, 8, False
-        c.checkpoint.every = 2
+        c.model, c.steps, c.max_completion_len, c.tensorboard = tiny_qwen3[0], 2, 8, False
+        c.checkpoint.every = 1
         return c
 
     generated = []
@@ -408,11 +410,11 @@ def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path,
     straight, resumed = str(tmp_path / "a"), str(tmp_path / "b")
     trainer.train(cfg(), straight)
     assert len(generated) == 1
-    kill_then_resume(monkeypatch, lambda: trainer.train(cfg(), resumed), 2,
-                     check=lambda: Checkpointer(resumed).latest_step() == 2)
+    kill_then_resume(monkeypatch, lambda: trainer.train(cfg(), resumed), 1,
+                     check=lambda: Checkpointer(resumed).latest_step() == 1)
     assert len(generated) == 2  # once per fresh run, not again on the resume
     ma, mb = read_metrics(straight), read_metrics(resumed)
-    assert [m["step"] for m in mb] == [0, 1, 2]
+    assert [m["step"] for m in mb] == [0, 1]
     for x, y in zip(ma, mb):
         assert x["active_criteria"] == x["pacing/active_criteria"]  # the weights follow the pacing state
         for k in x:

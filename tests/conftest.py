@@ -30,15 +30,20 @@ TEST_MODEL_CACHE = os.environ.setdefault(
 import numpy as np
 import pytest
 
+HEAVY_IDS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m and -k deselect: every heavy test is seen
 def pytest_collection_modifyitems(config, items):
     """Leaves out the `heavy` tier unless the -m expression names it (`python -m pytest -q -m heavy tests`).
 
     The heavy tier is the handful of tests that cannot be made fast without losing what they check; CI's
     command does not run them, so a plain `pytest tests` is CI's suite and `-m heavy` is the rest.
     """
+    heavy = [it for it in items if it.get_closest_marker("heavy")]
+    config.stash[HEAVY_IDS] = [it.nodeid for it in heavy]  # for tests/test_suite_tiers.py
     if "heavy" in (config.getoption("markexpr") or ""):
         return
-    heavy = [it for it in items if it.get_closest_marker("heavy")]
     if heavy:
         config.hook.pytest_deselected(items=heavy)
         items[:] = [it for it in items if not it.get_closest_marker("heavy")]

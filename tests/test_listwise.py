@@ -134,6 +134,7 @@ def judge(tiny_qwen3_model, qwen_tokenizer):
     return Judge(tiny_qwen3_model, qwen_tokenizer)
 
 
+@pytest.mark.slow  # 19 s in the fast tier's last run (the judge's programs and a plain forward per sequence)
 def test_label_logits_equal_a_plain_forward_of_each_sequence(judge, tiny_qwen3_model):
     (res,) = listwise_batch(judge, [PROMPT], [RESPONSES], CRITERIA, mode="logit")
     g, k, c = len(RESPONSES), len(res.orders), len(CRITERIA)
@@ -222,7 +223,7 @@ def test_the_list_ceiling_shape_fits_the_longest_group_the_budgets_allow(tiny_qw
     assert j.stats.truncations > 0
 
 
-@pytest.mark.parametrize("which", ["qwen_tokenizer", pytest.param("smollm2_tokenizer", marks=pytest.mark.smollm2)])
+@pytest.mark.parametrize("which", ["qwen_tokenizer", pytest.param("smollm2_tokenizer", marks=[pytest.mark.smollm2, pytest.mark.slow])])
 def test_labels_are_single_tokens_and_the_prompt_reads_in_order(which, request):
     from types import SimpleNamespace
 

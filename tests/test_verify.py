@@ -21,6 +21,7 @@ def judge(tiny_qwen3_model, qwen_tokenizer):
     return Judge(tiny_qwen3_model, qwen_tokenizer, cache_entries=0)
 
 
+@pytest.mark.slow  # 30 s in the fast tier's last run: one compiled judge program per sequence shape
 def test_verdicts_equal_a_plain_forward_of_each_sequence(judge, tiny_qwen3_model, qwen_tokenizer):
     """p_orders[a, k, o] = softmax over the two label tokens of the model's next-token logits after the full
     sequence head(a) + suffix(k, o), computed here by calling the model on that one sequence."""

@@ -75,6 +75,31 @@ def test_restore_casts_to_target_dtype_and_wraps_typed_keys(tmp_path):
     ck.close()
 
 
+def test_restored_arrays_are_placed_as_the_target_was(tmp_path):
+    """A fresh run's state is uncommitted (jax placed it): restored committed, every program it enters would
+    lower differently and miss the persistent compilation cache (a resumed run recompiled everything)."""
+    state = _train_state()
+    ck = Checkpointer(tmp_path)
+    ck.save(7, state, {})
+    dev = jax.devices()[0]
+    target = _train_state(seed=1) | {"pinned": jax.device_put(jnp.ones(3), dev), "key": jax.random.key(5)}
+    ck.save(8, state | {"pinned": np.full(3, 2.0, np.float32), "key": jax.random.key(6)}, {})
+    restored, _ = ck.restore(8, target_state=target)
+    for name, leaf in jax.tree_util.tree_flatten_with_path(restored)[0]:
+        if isinstance(leaf, jax.Array):
+            # the pinned leaf stays committed to its device; everything else comes back uncommitted
+            assert leaf.committed == (jax.tree_util.keystr(name) == "['pinned']"), jax.tree_util.keystr(name)
+    assert restored["pinned"].devices() == {dev}
+    _assert_tree_equal({k: restored[k] for k in state}, state)
+    np.testing.assert_array_equal(restored["pinned"], np.full(3, 2.0))
+    np.testing.assert_array_equal(jax.random.key_data(restored["key"]), jax.random.key_data(jax.random.key(6)))
+    # and a program traced for the fresh state is the one the restored state reuses: one compile, not two
+    f = jax.jit(lambda t: jax.tree.reduce(lambda a, b: a + jnp.sum(b.astype(jnp.float32)), t, 0.0))
+    f(target["lora"]), f(restored["lora"])
+    assert f._cache_size() == 1
+    ck.close()
+
+
 def test_keep_last_n_and_interval(tmp_path):
     ck = Checkpointer(tmp_path, max_to_keep=2, save_interval_steps=2)
     saved = [ck.save(s, {"x": np.full((2,), s, np.float32), "step": s}, {"s": s}) for s in range(7)]

@@ -70,9 +70,27 @@ def _abstract_leaf(x):
         return jax.eval_shape(jax.random.key_data, x)
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
+    if _uncommitted(x):
+        # Read into host memory and put back uncommitted (see `_placed_like`): np.empty reserves no pages.
+        return np.empty(x.shape, x.dtype)
     if isinstance(x, (jax.Array, np.ndarray)):
         return ocp.utils.to_shape_dtype_struct(x)
     return x
+
+
+def _uncommitted(x) -> bool:
+    return isinstance(x, jax.Array) and not x.committed
+
+
+def _placed_like(target, x):
+    """A restored leaf placed as its target leaf was. A fresh single-device run holds uncommitted arrays (jax
+    chose their device); restored with an explicit device they would be committed, which changes every
+    program they enter and misses the persistent compilation cache: a resumed run recompiled its sampler,
+    judge and update. Uncommitted targets are therefore restored to host memory and put back uncommitted."""
+    if _is_typed_key(target):
+        data = jax.device_put(np.asarray(x)) if _uncommitted(target) else x
+        return jax.random.wrap_key_data(data, impl=_key_impl(target))
+    return jax.device_put(x) if _uncommitted(target) else x
 
 
 def _key_str(k) -> str:
@@ -153,7 +171,8 @@ class Checkpointer:
         """Returns (state_pytree, meta) of `step` (default: the latest).
 
         `target_state`: a pytree with the structure to restore into, of concrete arrays or `jax.ShapeDtypeStruct`s
-        (e.g. `jax.eval_shape(init_fn)`); leaves are restored with its dtypes (and shardings, when given). Without
+        (e.g. `jax.eval_shape(init_fn)`); leaves are restored with its dtypes (and shardings, when given; an uncommitted array's leaf comes back
+        uncommitted, as a fresh run's would be). Without
         it the saved structure comes back (namedtuples as dicts/lists, typed keys as key data). A Python-int leaf
         in the target restores as an int; `jax.eval_shape` turns ints into int32 ShapeDtypeStructs, which restore
         as 0-d arrays.
@@ -182,9 +201,7 @@ class Checkpointer:
             step, args=ocp.args.Composite(**{_STATE: state_args, _META: ocp.args.JsonRestore()}))
         state, meta = restored[_STATE], restored[_META]
         if target_state is not None:
-            state = jax.tree.map(
-                lambda t, x: jax.random.wrap_key_data(x, impl=_key_impl(t)) if _is_typed_key(t) else x,
-                _pure(target_state), state)
+            state = jax.tree.map(_placed_like, _pure(target_state), state)
         return state, dict(meta or {})
 
     def saved_keys(self, step: int) -> set[str] | None:

@@ -15,8 +15,10 @@ opponents (`rewards.win_rates`).
 
 from __future__ import annotations
 
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -63,27 +65,35 @@ def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:
     filled = np.where(valid, p_first, np.where(vt, 1.0 - pt, 0.5))
     filled = np.where(judged, filled, 0.5).astype(np.float32)
     keep = judged | np.eye(g, dtype=bool)[:, :, None]
-    f = jnp.asarray(filled)
     # Every readout of the same verdicts, computed once: the chosen one is the result, and the in-group spread
     # each would give (std over the G win rates, mean over criteria; it scales dr_grpo's advantages) is logged
     # to choose the mode on. Generate mode has parsed verdicts only: its readout is "hard".
     names = ("hard",) if mode == "generate" else tuple(READOUTS)
-    ps = {n: np.where(keep, np.asarray(READOUTS[n](f)), 0.5).astype(np.float32) for n in names}
-    ws = {n: np.asarray(win_rates(jnp.asarray(pm), jnp.asarray(mask))) for n, pm in ps.items()}
+    pf0 = np.where(valid, p_first, 0.0).astype(np.float32)
+    ps, ws, figures = _readouts(filled, keep, mask, pf0, valid, judged, names=names)
+    ps = {n: np.asarray(v) for n, v in ps.items()}
+    ws = {n: np.asarray(v) for n, v in ws.items()}
     chosen = "hard" if mode == "generate" else mode
     spreads = {} if mode == "generate" else {f"spread_{n}": float(w.std(axis=0).mean()) for n, w in ws.items()}
-    pf0 = np.where(valid, p_first, 0.0)
-    metrics = {
-        "judgments": float(judged.sum()),
-        "position_bias": float(health.position_bias_flat(jnp.asarray(pf0[judged]), jnp.asarray(valid[judged]))),
-        "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid[judged]))) if judged.any() else 0.0,
-        "verdict_entropy": float(health.verdict_entropy(jnp.stack([jnp.asarray(pf0), 1.0 - jnp.asarray(pf0)], -1),
-                                                        jnp.asarray(valid))),
-        "order_agreement": float(health.order_agreement(f, jnp.asarray(mask))),
-        **spreads,
-    }
+    metrics = {"judgments": float(judged.sum()), **{k: float(v) for k, v in figures.items()}, **spreads}
     return PairwiseResult(p=ps[chosen], p_first=p_first, valid=valid, mask=mask.copy(), win_rates=ws[chosen],
                           metrics=metrics)
+
+
+@functools.partial(jax.jit, static_argnames=("names",))
+def _readouts(filled, keep, mask, pf0, valid, judged, *, names):
+    """The array math of `pair_result` as one program per (G, C, mode): run op by op it was some fifty small
+    programs, compiled again for every new criterion count (each curriculum step) and in every process."""
+    ps = {n: jnp.where(keep, READOUTS[n](filled), 0.5).astype(jnp.float32) for n in names}
+    ws = {n: win_rates(p, mask) for n, p in ps.items()}
+    figures = {
+        # valid implies judged: the flat means over valid entries are the means over valid judged pairs
+        "position_bias": health.position_bias_flat(pf0.ravel(), valid.ravel()),
+        "invalid_fraction": health.invalid_fraction(valid, judged),
+        "verdict_entropy": health.verdict_entropy(jnp.stack([pf0, 1.0 - pf0], -1), valid),
+        "order_agreement": health.order_agreement(filled, mask),
+    }
+    return ps, ws, figures
 
 
 def swiss_standing(gr: dict, mode: str) -> np.ndarray:

@@ -66,10 +66,17 @@ def order_agreement(p_first_ggc: jnp.ndarray, pair_mask_gg: jnp.ndarray | None =
     return jnp.where(n > 0, jnp.sum(m & agree) / jnp.maximum(n, 1), 1.0)
 
 
-def invalid_fraction(valid: jnp.ndarray) -> jnp.ndarray:
-    """Fraction of judge outputs that could not be read as a verdict or score: 1 - mean(valid)."""
+def invalid_fraction(valid: jnp.ndarray, counted: jnp.ndarray | None = None) -> jnp.ndarray:
+    """Fraction of judge outputs that could not be read as a verdict or score: 1 - mean(valid).
+
+    counted (valid's shape): which entries are judge outputs at all (e.g. the judged pairs of a pairwise
+    group); the mean is over those, and 0 when there are none."""
     v = jnp.asarray(valid, dtype=bool)
-    return 1.0 - jnp.mean(v.astype(jnp.float32))
+    if counted is None:
+        return 1.0 - jnp.mean(v.astype(jnp.float32))
+    m = jnp.asarray(counted, dtype=bool)
+    n = jnp.sum(m)
+    return jnp.where(n > 0, 1.0 - jnp.sum(v & m) / jnp.maximum(n, 1), 0.0)
 
 
 def verdict_entropy(probs_nk: jnp.ndarray, valid_n: jnp.ndarray | None = None) -> jnp.ndarray:

@@ -25,6 +25,7 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax import rewards as R
+from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.rewards.pacing import PACING_MODES
 from rubric_jax.rubrics import Criterion, Rubric
 
@@ -86,11 +87,11 @@ def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
 def step_weights(step: int, num_criteria: int, cfg: RewardConfig, key) -> np.ndarray:
     """lambda_c for this step over all criteria in curriculum order (zeros for inactive or dropped)."""
     if cfg.curriculum:
-        w = R.curriculum_weights(step, num_criteria, cfg.interval, alpha=cfg.alpha, mode=cfg.weighting)
+        w = RC.curriculum_weights(step, num_criteria, cfg.interval, alpha=cfg.alpha, mode=cfg.weighting)
     elif cfg.dropout_q > 0:
-        w = R.dropout_weights(key, num_criteria, cfg.dropout_q)
+        w = RC.dropout_weights(key, num_criteria, cfg.dropout_q)
     else:
-        w = R.all_active_weights(num_criteria)
+        w = RC.all_active_weights(num_criteria)
     return np.asarray(w, np.float32)
 
 
@@ -116,15 +117,15 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
                                        group_ids=group_ids)
         for bi, res in enumerate(results):
             w_gc = jnp.asarray(res.win_rates)
-            rows.append(np.asarray(R.pairwise_reward(w_gc, lam)))
+            rows.append(np.asarray(RC.pairwise_reward(w_gc, lam)))
             per_c[bi][:, active] = np.asarray(w_gc)
             health.append(dict(res.metrics))
     else:
         results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crit)
         for bi, res in enumerate(results):
             s = jnp.asarray(res.scores)
-            rows.append(np.asarray(R.absolute_reward(s, jnp.asarray(res.max_points), lam, jnp.asarray(res.valid))))
-            per_c[bi][:, active] = np.asarray(R.normalised_scores(s, jnp.asarray(res.max_points)))
+            rows.append(np.asarray(RC.absolute_reward(s, jnp.asarray(res.max_points), lam, jnp.asarray(res.valid))))
+            per_c[bi][:, active] = np.asarray(RC.normalised_scores(s, jnp.asarray(res.max_points)))
             health.append(dict(res.metrics))
     return np.stack(rows).astype(np.float32), {"per_c": per_c, "health": health}
 
@@ -145,15 +146,15 @@ def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[
                                        group_ids=group_ids)
         for res, cs in zip(results, crits):
             w_gc = jnp.asarray(res.win_rates)
-            rewards.append(np.asarray(R.pairwise_reward(w_gc, R.all_active_weights(len(cs)))))
+            rewards.append(np.asarray(RC.pairwise_reward(w_gc, RC.all_active_weights(len(cs)))))
             signal.append(float(np.abs(np.asarray(w_gc) - 0.5).mean()))
             health.append(dict(res.metrics))
     else:
         results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crits)
         for res, cs in zip(results, crits):
             s, m = jnp.asarray(res.scores), jnp.asarray(res.max_points)
-            rewards.append(np.asarray(R.absolute_reward(s, m, R.all_active_weights(len(cs)), jnp.asarray(res.valid))))
-            signal.append(float(np.asarray(R.normalised_scores(s, m)).mean()))
+            rewards.append(np.asarray(RC.absolute_reward(s, m, RC.all_active_weights(len(cs)), jnp.asarray(res.valid))))
+            signal.append(float(np.asarray(RC.normalised_scores(s, m)).mean()))
             health.append(dict(res.metrics))
     rows = {"signal": np.asarray(signal, np.float32), "criteria": np.asarray([len(c) for c in crits], np.int32),
             "health": health}

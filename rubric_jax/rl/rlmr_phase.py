@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rubric_jax import rewards as R
+from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.verifiers.constraints import KINDS, Constraint, parse_constraints
 from rubric_jax.verifiers.verifier import ConstraintVerifier
 
@@ -121,16 +122,16 @@ def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], respon
     v_true = np.stack([v.violate for v in verdicts])
     violate = v_true
     if flip > 0:
-        violate = np.stack([np.asarray(R.flip_labels(k, jnp.asarray(v), flip))
+        violate = np.stack([np.asarray(RC.flip_labels(k, jnp.asarray(v), flip))
                             for k, v in zip(group_keys(key, group_ids), v_true)])
     r_w = np.asarray(r_w, np.float32)
     if cfg.mix == "penalty":
-        r_new, all_v = R.rlmr_penalty(jnp.asarray(r_w), jnp.asarray(violate), cfg.gamma)
-        delta = np.asarray(R.rlmr_delta(jnp.asarray(r_w), jnp.asarray(violate), cfg.gamma))
+        r_new, all_v = RC.rlmr_penalty(jnp.asarray(r_w), jnp.asarray(violate), cfg.gamma)
+        delta = np.asarray(RC.rlmr_delta(jnp.asarray(r_w), jnp.asarray(violate), cfg.gamma))
         r_new, drop = np.asarray(r_new, np.float32), np.asarray(all_v, bool)
     else:
-        r_new = np.asarray(R.linear_mix(jnp.asarray(r_w), 1.0 - jnp.asarray(violate, jnp.float32), cfg.linear_a,
-                                        cfg.linear_b), np.float32)
+        r_new = np.asarray(RC.linear_mix(jnp.asarray(r_w), 1.0 - jnp.asarray(violate, jnp.float32), cfg.linear_a,
+                                         cfg.linear_b), np.float32)
         delta, drop = np.zeros(len(prompts), np.float32), np.zeros(len(prompts), bool)
     passed, total = np.zeros((1, len(TYPES)), np.int64), np.zeros((1, len(TYPES)), np.int64)
     for v in verdicts:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rubric_jax import progress as inner_progress
-from rubric_jax.rewards import advantages, standardise_in_group, zero_spread_mask
+from rubric_jax.rewards.compiled import advantages, standardise_in_group, zero_spread_mask
 from rubric_jax.rl import diagnostics, dynamic, pacing_phase, rare_phase, rlmr_phase
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.hosts import merge_rows

@@ -509,6 +509,19 @@ def test_the_trainers_compiled_reward_math_equals_the_pure_functions():
     s, m, v = rng.integers(0, 5, (4, 3)).astype(np.float32), np.full(3, 4.0, np.float32), rng.random((4, 3)) < 0.8
     np.testing.assert_allclose(RC.absolute_reward(s, m, lam, v), R.absolute_reward(s, m, lam, v), rtol=1e-6)
     np.testing.assert_allclose(RC.normalised_scores(s, m), R.normalised_scores(s, m), rtol=1e-6)
+    np.testing.assert_allclose(RC.absolute_reward(s, m, lam), R.absolute_reward(s, m, lam), rtol=1e-6)
+    s[:, 1], v[:, 1] = 4.0, True  # criterion 1 saturated in the whole group
+    for got, want in zip(RC.rare_reward(s, m, v), R.rare_reward(s, m, v)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_array_equal(RC.saturated_criteria(s, v, m), R.saturated_criteria(s, v, m))
+    assert np.asarray(RC.saturated_criteria(s, v, m)).tolist()[1] is True
+    # the criterion axis is padded to a multiple of 8: 1 to 8 criteria are one program, 9 to 16 a second
+    assert [RC.criteria_width(c) for c in (1, 7, 8, 9, 13, 16, 17)] == [8, 8, 8, 16, 16, 16, 24]
+    RC._pairwise_reward._clear_cache()
+    for c in range(1, 14):
+        wc, lc = rng.random((4, c)).astype(np.float32), np.full(c, 1 / c, np.float32)
+        np.testing.assert_allclose(RC.pairwise_reward(wc, lc), R.pairwise_reward(wc, lc), rtol=1e-6)
+    assert RC._pairwise_reward._cache_size() == 2
     for got, want in zip(RC.rlmr_penalty(r, viol, 0.1), R.rlmr_penalty(r, viol, 0.1)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
     np.testing.assert_allclose(RC.rlmr_delta(r, viol, 0.1), R.rlmr_delta(r, viol, 0.1), rtol=1e-6)

@@ -286,13 +286,16 @@ def _load_config(name, arg=None):
 
 
 def jitted_functions() -> dict[str, object]:
-    """Every jitted function defined at module level in rubric_jax (whatever the modules are called)."""
-    found = {}
+    """Every jitted function held at module level in rubric_jax (whatever the modules are called), including
+    jitted wrappers of functions from another module (rubric_jax.rewards.compiled), each once."""
+    found, seen = {}, set()
     for name, mod in list(sys.modules.items()):
         if not name.startswith("rubric_jax") or mod is None:
             continue
         for attr, v in list(vars(mod).items()):
-            if callable(getattr(v, "_cache_size", None)) and getattr(v, "__module__", name) == name:
+            if (callable(getattr(v, "_cache_size", None)) and str(getattr(v, "__module__", name)).startswith("rubric_jax")
+                    and id(v) not in seen):
+                seen.add(id(v))
                 found[f"{name}.{attr}"] = v
     return found
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from rubric_jax.judge.common import PairwiseResult
 from rubric_jax.rewards import health
+from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
 
 __all__ = ["gen_pair_vals", "pair_result", "swiss_standing"]
@@ -70,9 +71,13 @@ def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:
     # to choose the mode on. Generate mode has parsed verdicts only: its readout is "hard".
     names = ("hard",) if mode == "generate" else tuple(READOUTS)
     pf0 = np.where(valid, p_first, 0.0).astype(np.float32)
-    ps, ws, figures = _readouts(filled, keep, mask, pf0, valid, judged, names=names)
-    ps = {n: np.asarray(v) for n, v in ps.items()}
-    ws = {n: np.asarray(v) for n, v in ws.items()}
+    # padded criteria are neither judged nor valid, so no figure counts them; their columns are cut off
+    width = criteria_width(c)
+    ps, ws, figures = _readouts(pad_criteria(filled, width, 0.5), pad_criteria(keep, width, True), mask,
+                                pad_criteria(pf0, width, 0.0), pad_criteria(valid, width, False),
+                                pad_criteria(judged, width, False), names=names)
+    ps = {n: np.asarray(v)[..., :c] for n, v in ps.items()}
+    ws = {n: np.asarray(v)[..., :c] for n, v in ws.items()}
     chosen = "hard" if mode == "generate" else mode
     spreads = {} if mode == "generate" else {f"spread_{n}": float(w.std(axis=0).mean()) for n, w in ws.items()}
     metrics = {"judgments": float(judged.sum()), **{k: float(v) for k, v in figures.items()}, **spreads}
@@ -82,8 +87,9 @@ def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:
 
 @functools.partial(jax.jit, static_argnames=("names",))
 def _readouts(filled, keep, mask, pf0, valid, judged, *, names):
-    """The array math of `pair_result` as one program per (G, C, mode): run op by op it was some fifty small
-    programs, compiled again for every new criterion count (each curriculum step) and in every process."""
+    """The array math of `pair_result` as one program per (G, padded C, mode): run op by op it was some fifty
+    small programs, compiled again for every new criterion count (each curriculum step) and in every process.
+    `judged` (G, G, C) is the pair mask of the real criteria: the figures count nothing else."""
     ps = {n: jnp.where(keep, READOUTS[n](filled), 0.5).astype(jnp.float32) for n in names}
     ws = {n: win_rates(p, mask) for n, p in ps.items()}
     figures = {
@@ -91,7 +97,7 @@ def _readouts(filled, keep, mask, pf0, valid, judged, *, names):
         "position_bias": health.position_bias_flat(pf0.ravel(), valid.ravel()),
         "invalid_fraction": health.invalid_fraction(valid, judged),
         "verdict_entropy": health.verdict_entropy(jnp.stack([pf0, 1.0 - pf0], -1), valid),
-        "order_agreement": health.order_agreement(filled, mask),
+        "order_agreement": health.order_agreement(filled, judged),
     }
     return ps, ws, figures
 

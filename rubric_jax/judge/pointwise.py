@@ -21,13 +21,14 @@ import math
 import time
 from typing import Sequence
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest
 from rubric_jax.judge.common import PointwiseResult
 from rubric_jax.judge.prompts import SuffixTable, digit_token_ids
 from rubric_jax.rewards import health
+from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 
 __all__ = ["pointwise_batch"]
 
@@ -99,10 +100,16 @@ def _point_result(judge, gr, mode, m_all) -> PointwiseResult:
         scores[a, c] = float(allowed[np.argmax(pr)]) if mode == "hard" else float(np.dot(pr, allowed))
     scores = np.where(valid, scores, 0.0).astype(np.float32)
     judge.stats.invalid += int((~valid).sum())
-    if mode == "generate":
-        ent = 0.0
-    else:
-        ent = float(health.verdict_entropy(jnp.asarray(probs), jnp.asarray(valid)))
-    metrics = {"judgments": float(g * c_n), "invalid_fraction": float(health.invalid_fraction(jnp.asarray(valid))),
-               "verdict_entropy": ent}
+    width = criteria_width(c_n)
+    ent, invalid = _point_health(np.pad(np.nan_to_num(probs), [(0, 0), (0, width - c_n), (0, 0)]),
+                                 pad_criteria(valid, width, False), pad_criteria(np.ones_like(valid), width, False))
+    metrics = {"judgments": float(g * c_n), "invalid_fraction": float(invalid),
+               "verdict_entropy": 0.0 if mode == "generate" else float(ent)}
     return PointwiseResult(scores=scores, valid=valid, probs=probs, max_points=mc, metrics=metrics)
+
+
+@jax.jit
+def _point_health(probs, valid, counted):
+    """Verdict entropy and invalid fraction of one group as one program per (G, padded C, scale): padded
+    criteria are not counted."""
+    return health.verdict_entropy(probs, valid), health.invalid_fraction(valid, counted)

@@ -35,10 +35,9 @@ import dataclasses
 import logging
 from typing import Any, Callable, Iterable, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
-from rubric_jax import rewards as R
+from rubric_jax.rewards import compiled as RC  # one program per padded criterion count
 from rubric_jax.rare.sample_level import rare_rewards
 from rubric_jax.rare.scoring import GroupScores, Scorer
 from rubric_jax.rubrics import Criterion, Rubric
@@ -237,8 +236,8 @@ def step(prompts: Sequence[str], responses: Sequence[Sequence[str]], initial_rub
     # 3. reward, under everything scored and under the initial criteria alone
     rewards = rare_rewards(groups)
     rewards_initial = np.stack([
-        np.asarray(R.rare_reward(jnp.asarray(g.scores[:, :len(init)], jnp.float32),
-                                 jnp.asarray(g.max_points[:len(init)]), jnp.asarray(g.valid[:, :len(init)]))[0])
+        np.asarray(RC.rare_reward(np.asarray(g.scores[:, :len(init)], np.float32), g.max_points[:len(init)],
+                                  g.valid[:, :len(init)])[0])
         for g, init in zip(groups, initial_rubrics)]).astype(np.float32)
 
     # 4. filter the adaptive columns only

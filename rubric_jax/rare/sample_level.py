@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rubric_jax import rewards as R
+from rubric_jax.rewards import compiled as RC  # one program per padded criterion count
 from rubric_jax.rare.scoring import GroupScores, Scorer
 from rubric_jax.rubrics import Rubric
 
@@ -63,14 +64,13 @@ NOT_TRIGGERED, ACCEPTED, WRITER_FAILED, RESCORE_FAILED = 0, 1, 2, 3
 
 def rare_rewards(groups: Sequence[GroupScores]) -> np.ndarray:
     """(B, G) r_i = sum_j s_ij / sum_j m_j per group (invalid cells count 0)."""
-    return np.stack([np.asarray(R.rare_reward(jnp.asarray(g.scores, jnp.float32), jnp.asarray(g.max_points),
-                                              jnp.asarray(g.valid))[0]) for g in groups]).astype(np.float32)
+    return np.stack([np.asarray(RC.rare_reward(np.asarray(g.scores, np.float32), g.max_points, g.valid)[0])
+                     for g in groups]).astype(np.float32)
 
 
 def eligible_ids(rubric: Rubric, g: GroupScores) -> tuple[str, ...]:
     """Ids of the criteria saturated in the whole group (RARE's eligible set S)."""
-    sat = np.asarray(R.saturated_criteria(jnp.asarray(g.scores, jnp.float32), jnp.asarray(g.valid),
-                                          jnp.asarray(g.max_points)))
+    sat = np.asarray(RC.saturated_criteria(np.asarray(g.scores, np.float32), g.valid, g.max_points))
     return tuple(c.id for c, s in zip(rubric.criteria, sat) if s)
 
 
@@ -122,8 +122,7 @@ def step(prompts: Sequence[str], responses: Sequence[Sequence[str]], rubrics: Se
         s_new, v_new = g.scores.copy(), g.valid.copy()
         s_new[:, cols] = new.scores
         v_new[:, cols] = True
-        r_new = np.asarray(R.rare_reward(jnp.asarray(s_new, jnp.float32), jnp.asarray(g.max_points),
-                                         jnp.asarray(v_new))[0], np.float32)
+        r_new = np.asarray(RC.rare_reward(np.asarray(s_new, np.float32), g.max_points, v_new)[0], np.float32)
         out[b] = r_new
         status[b] = ACCEPTED
         events.append(_event(keys[b], step_index, cfg.direction, rub, sub, cols, g, s_new, r[b], r_new, oc))

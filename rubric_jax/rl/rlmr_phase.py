@@ -26,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rubric_jax import rewards as R
 from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.verifiers.constraints import KINDS, Constraint, parse_constraints
 from rubric_jax.verifiers.verifier import ConstraintVerifier

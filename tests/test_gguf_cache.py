@@ -152,9 +152,30 @@ def test_a_copy_finished_by_another_process_first_is_used(tmp_path, cache, monke
     _assert_same_model(load_model(path), load_gguf_model(path))
 
 
+def test_a_tokenizer_only_copy_reads_no_tensor(tmp_path, cache, monkeypatch):
+    """load_tokenizer of a GGUF file writes a tokenizer-only copy: the tensors are neither read nor converted.
+    This file has no vocabulary, so there is no tokenizer to give (the SmolLM2 test below reads a real one)."""
+    import rubric_jax.models.loading as loading
+
+    path = _write_tiny_gguf(tmp_path / "tiny.gguf")
+
+    def refuse(*a, **k):
+        raise AssertionError("the tensors were read")
+
+    monkeypatch.setattr(loading, "gguf_tensors", refuse)
+    assert gguf_cache.tokenizer_dir(path) is None
+    (copy,) = os.listdir(cache)
+    assert copy.endswith("-tokenizer") and sorted(os.listdir(cache / copy)) == ["source.json"]
+    assert gguf_cache.cached(path) is None  # the model itself is still to convert
+    monkeypatch.undo()
+    monkeypatch.setenv(gguf_cache.CACHE_ENV, str(cache))
+    assert gguf_cache.converted(path) is not None  # and a full copy is what a later call finds first
+    assert gguf_cache.tokenizer_dir(path) is None
+
+
 @pytest.mark.slow
 @pytest.mark.smollm2
-def test_the_embedded_models_copy_equals_its_gguf_file(smollm2_path):
+def test_the_embedded_models_copy_equals_its_gguf_file(smollm2_path, tmp_path, monkeypatch):
     """The embedded SmolLM2 read through its converted copy (the session's model cache, tests/conftest.py) and
     read from the GGUF file itself: the same config, every tensor bit for bit, and a tokenizer that encodes,
     decodes and chat-formats alike (about 25 s: the direct read is the slow path the cache exists to avoid)."""
@@ -165,15 +186,19 @@ def test_the_embedded_models_copy_equals_its_gguf_file(smollm2_path):
     copy = gguf_cache.converted(smollm2_path)
     assert copy is not None
     _assert_same_model(load_model(smollm2_path), load_gguf_model(smollm2_path))
-    ours = load_tokenizer(smollm2_path).hf
     direct = AutoTokenizer.from_pretrained(os.path.dirname(smollm2_path), gguf_file=os.path.basename(smollm2_path))
-    texts = ["Write a short poem about the sea.", "  Leading spaces,\ttabs\nand new lines  ",
-             "Émojis 🙂 and accents: café, naïve", "<|im_start|>user\nhi<|im_end|>", "12345 + 678 = ?"]
-    for t in texts:
-        assert ours.encode(t) == direct.encode(t), t
-        assert ours.decode(direct.encode(t)) == direct.decode(direct.encode(t))
-    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
-    assert (ours.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-            == direct.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
-    assert ours.eos_token_id == direct.eos_token_id and ours.bos_token_id == direct.bos_token_id
-    assert len(ours) == len(direct)
+    # the full copy's tokenizer, and a tokenizer-only copy (what load_tokenizer writes when no full copy exists)
+    monkeypatch.setenv(gguf_cache.CACHE_ENV, str(tmp_path / "tokenizer_only"))
+    only = gguf_cache.tokenizer_dir(smollm2_path)
+    assert only.endswith("-tokenizer") and not os.path.exists(os.path.join(only, "model.safetensors"))
+    for ours in (load_tokenizer.__wrapped__(copy).hf, AutoTokenizer.from_pretrained(only)):
+        texts = ["Write a short poem about the sea.", "  Leading spaces,\ttabs\nand new lines  ",
+                 "Émojis 🙂 and accents: café, naïve", "<|im_start|>user\nhi<|im_end|>", "12345 + 678 = ?"]
+        for t in texts:
+            assert ours.encode(t) == direct.encode(t), t
+            assert ours.decode(direct.encode(t)) == direct.decode(direct.encode(t))
+        chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
+        assert (ours.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+                == direct.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
+        assert ours.eos_token_id == direct.eos_token_id and ours.bos_token_id == direct.bos_token_id
+        assert len(ours) == len(direct)

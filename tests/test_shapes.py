@@ -360,10 +360,9 @@ def _tiny_run(tiny_qwen3, tmp_path, monkeypatch, capsys, steps, step_longest):
 @pytest.mark.slow
 def test_a_4_step_tiny_run_compiles_each_program_at_most_4_times(tiny_qwen3, tmp_path, monkeypatch, capsys):
     """CI's version of the 20-step run below: 4 steps whose longest completions (5, 12, 20, 32 tokens) land on
-    the four rungs of the ladder, one width per step, with 1 to 4 active criteria. About 45 s on 2 cores: each
-    step with a new criterion count compiles its ~50 small eager reward and judge-result ops again (the
-    20-step run measured 116 compiles at step 0, ~55 at each of steps 1-12, none after), plus the four gradient
-    programs; fewer steps could not reach all four widths."""
+    the four rungs of the ladder, one width per step, with 1 to 4 active criteria. Over 30 s on 2 cores: four
+    gradient programs and four judge shapes are compiled (compiles per step measured: 32, 12, 11, 12); fewer
+    steps could not reach all four widths."""
     _tiny_run(tiny_qwen3, tmp_path, monkeypatch, capsys, 4, [5, 12, 20, 32])
 
 

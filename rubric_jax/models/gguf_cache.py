@@ -73,10 +73,33 @@ def converted(gguf_path: str) -> str | None:
     root = cache_root()
     if root is None:
         return None
+    return cached(gguf_path) or _materialise(gguf_path, root, copy_dir(gguf_path, root), _write_copy)
+
+
+def tokenizer_dir(gguf_path: str) -> str | None:
+    """A directory with the tokenizer of `gguf_path` (tokenizer.json and its configs): the converted copy when
+    there is one, else a tokenizer-only copy written now, without reading or converting the tensors (a job
+    that only tokenizes, such as a data check, then does not pay for the model). None when the cache is off
+    or unwritable, or when the file carries no tokenizer."""
+    root = cache_root()
+    if root is None:
+        return None
     done = cached(gguf_path)
     if done:
-        return done
-    target = copy_dir(gguf_path, root)
+        return done if _has_tokenizer(done) else None
+    target = copy_dir(gguf_path, root) + "-tokenizer"
+    done = target if os.path.isfile(os.path.join(target, SOURCE)) else _materialise(
+        gguf_path, root, target, _write_tokenizer_copy)
+    return done if done and _has_tokenizer(done) else None
+
+
+def _has_tokenizer(copy: str) -> bool:
+    return os.path.isfile(os.path.join(copy, "tokenizer.json"))
+
+
+def _materialise(gguf_path: str, root: str, target: str, write) -> str | None:
+    """Runs write(gguf_path, tmp) in a fresh directory under `root` and renames it to `target`: the copy
+    appears whole or not at all. None (and a warning) when the cache cannot be written."""
     try:
         os.makedirs(root, exist_ok=True)
         tmp = tempfile.mkdtemp(dir=root, prefix=".partial-")
@@ -84,7 +107,7 @@ def converted(gguf_path: str) -> str | None:
         log.warning("model cache %s is not writable (%s); reading %s directly", root, e, gguf_path)
         return None
     try:
-        _write_copy(gguf_path, tmp)
+        write(gguf_path, tmp)
         try:
             os.rename(tmp, target)
         except OSError:
@@ -119,11 +142,27 @@ def _write_copy(gguf_path: str, out: str) -> None:
     tokenizer = _gguf_tokenizer(gguf_path) if "tokenizer.ggml.tokens" in reader.fields else None
     if tokenizer is not None:
         tokenizer.save_pretrained(out)
+    _write_source(gguf_path, out, cfg.name, tokenizer is not None)
+
+
+def _write_tokenizer_copy(gguf_path: str, out: str) -> None:
+    """The tokenizer part of `_write_copy` alone (transformers reads the metadata, not the tensors)."""
+    try:
+        tokenizer = _gguf_tokenizer(gguf_path)
+    except Exception as e:  # no tokenizer in the metadata, or one transformers cannot rebuild
+        log.warning("no tokenizer could be read from %s (%s)", gguf_path, e)
+        tokenizer = None
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    _write_source(gguf_path, out, None, tokenizer is not None)
+
+
+def _write_source(gguf_path: str, out: str, name: str | None, tokenizer: bool) -> None:
     st = os.stat(gguf_path)
     # written last: its presence marks a finished copy
     with open(os.path.join(out, SOURCE), "w", encoding="utf-8") as f:
         json.dump({"gguf": os.path.abspath(gguf_path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                   "name": cfg.name, "format": FORMAT, "tokenizer": tokenizer is not None}, f, indent=1)
+                   "name": name, "format": FORMAT, "tokenizer": tokenizer}, f, indent=1)
 
 
 def _gguf_tokenizer(gguf_path: str):
@@ -134,4 +173,4 @@ def _gguf_tokenizer(gguf_path: str):
                                          gguf_file=os.path.basename(gguf_path))
 
 
-__all__ = ["CACHE_ENV", "cache_root", "cached", "converted", "copy_dir", "source_name"]
+__all__ = ["CACHE_ENV", "cache_root", "cached", "converted", "copy_dir", "source_name", "tokenizer_dir"]

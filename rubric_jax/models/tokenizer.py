@@ -90,8 +90,8 @@ def load_tokenizer(path_or_name: str) -> Tokenizer:
 
         # transformers rebuilds the fast tokenizer (and chat template) from the GGUF metadata once; the
         # converted copy keeps it as tokenizer.json (see gguf_cache).
-        copy = gguf_cache.converted(path)
-        if copy is not None and os.path.exists(os.path.join(copy, "tokenizer.json")):
+        copy = gguf_cache.tokenizer_dir(path)
+        if copy is not None:
             return Tokenizer(AutoTokenizer.from_pretrained(copy), name=path_or_name)
         return Tokenizer(AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path)),
                          name=path_or_name)

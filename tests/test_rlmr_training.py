@@ -169,13 +169,26 @@ def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
 # ---- the configs in training: RLMR from the README on the embedded model, its baselines on a tiny one ----
 
 
+def test_the_logged_violator_advantage_is_the_largest_of_a_violator_in_a_kept_group():
+    """rlmr/violator_adv_max, which the README run below checks is < 0 whenever a kept group has a violator (a
+    tiny random model's groups seldom mix violators and compliant rollouts: this is the hand-made case)."""
+    adv = np.array([[0.5, -0.2, -0.3], [1.0, -1.0, 0.0], [0.3, -0.1, -0.2]])
+    violate = np.array([[False, True, True], [True, False, False], [False, False, True]])
+    weight = np.array([1.0, 0.0, 0.5])  # the second group was dropped (a padded slot): its violator is not counted
+    assert rlmr_phase.violator_adv_max(adv, violate, weight) == pytest.approx(-0.2)
+    assert rlmr_phase.violator_adv_max(adv, violate, np.array([0.0, 0.0, 1.0])) == pytest.approx(-0.2)
+    assert rlmr_phase.violator_adv_max(adv, np.zeros_like(violate), weight) is None
+
+
 @pytest.mark.slow
-def test_rlmr_tiny_runs_from_the_readme_command(tmp_path):
-    """`python -m rubric_jax.main --config=configs/rlmr.py:tiny`: two steps on SmolLM2 with the real verifier
+def test_rlmr_tiny_runs_from_the_readme_command(tiny_qwen3, tmp_path):
+    """`python -m rubric_jax.main --config=configs/rlmr.py:tiny`, the README's command, on the tiny random Qwen3
+    (what is checked is the command, the mix and dynamic sampling, not what a real model writes; the README's
+    first run is the SmolLM2 one, tests/conftest.py's trained_workdir): two steps with the real verifier
     (programs and the LLM), dynamic sampling logged, and every violator of a kept group below zero advantage."""
     wd = str(tmp_path / "rlmr")
-    subprocess.run([sys.executable, "-m", "rubric_jax.main", "--config=configs/rlmr.py:tiny", f"--workdir={wd}"],
-                   cwd=ROOT, check=True, timeout=1500)
+    subprocess.run([sys.executable, "-m", "rubric_jax.main", "--config=configs/rlmr.py:tiny", f"--workdir={wd}",
+                    f"--config.model={tiny_qwen3[0]}"], cwd=ROOT, check=True, timeout=1500)
     hist = read_metrics(wd)
     assert [m["step"] for m in hist] == [0, 1]
     for m in hist:

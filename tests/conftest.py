@@ -27,23 +27,6 @@ _OUR_MODEL_CACHE = "RUBRIC_JAX_MODEL_CACHE" not in os.environ
 TEST_MODEL_CACHE = os.environ.setdefault(
     "RUBRIC_JAX_MODEL_CACHE", os.path.join(tempfile.gettempdir(), f"rubric_jax_test_model_cache_{os.getpid()}"))
 
-# Tests compile far more than they compute (hundreds of small programs over a few seconds of arithmetic), so
-# XLA's CPU backend skips LLVM's optimisation passes for them: measured on 2 cores, test_judge_forward.py ran in
-# 84 s instead of 109 s and test_smollm2.py in 42 s instead of 50 s. The numbers do not change: XLA's CPU
-# backend allows LLVM no fast-math, so no float operation is reordered. Subprocesses inherit the flag; a level
-# the user put in XLA_FLAGS wins.
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
-
-
-def xla_flags(devices: int | None = None) -> str:
-    """XLA_FLAGS for a subprocess: the session's flags without a device count, plus `devices` CPU devices."""
-    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
-    extra = [] if devices is None else [f"--xla_force_host_platform_device_count={devices}"]
-    return " ".join(kept + extra)
-
-
 import numpy as np
 import pytest
 

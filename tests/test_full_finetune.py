@@ -166,10 +166,8 @@ print(json.dumps({**placed, "trainable": like_base(pol.trainable), "mu": like_ba
 
 @pytest.mark.slow
 def test_full_parameters_and_optimizer_state_are_placed_like_the_base(tiny_qwen3):
-    from conftest import xla_flags
-
-    env = dict(os.environ)
-    env.update(XLA_FLAGS=xla_flags(4), JAX_PLATFORMS="cpu",
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests"), env.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", _SHARDED, tiny_qwen3[0]], capture_output=True, text=True, env=env,
                           timeout=900, cwd=ROOT)

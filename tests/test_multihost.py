@@ -65,9 +65,7 @@ def _free_port() -> int:
 
 def _launch(workdir, ckpt, mesh, devices, steps, cache, *, processes=1):
     """Starts the README's training command (tiny RcRL config) as 1 or 2 processes; returns their outputs."""
-    from conftest import xla_flags
-
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags(devices),
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
                TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "rubric_jax.main", "--config=configs/rcrl.py:tiny", f"--workdir={workdir}",
            f"--config.model={ckpt}", f"--config.mesh={mesh}", f"--config.steps={steps}",

@@ -13,9 +13,7 @@ from rubric_jax.models.sharding import logical_to_spec
 
 
 def _env():
-    from conftest import xla_flags
-
-    env = dict(os.environ, XLA_FLAGS=xla_flags())  # the script sets its own device count
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     # the script's own directory is sys.path[0]: find this checkout's package whatever is installed
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])

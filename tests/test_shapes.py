@@ -371,6 +371,7 @@ def test_a_4_step_tiny_run_compiles_each_program_at_most_4_times(tiny_qwen3, tmp
 def test_a_20_step_tiny_run_compiles_each_program_at_most_4_times(tiny_qwen3, tmp_path, monkeypatch, capsys):
     """20 steps (a criterion more every step until all 13 of the rubric are active at step 12, completion lengths
     forced over every rung in mixed order): the judge's shape budget spent and its ceiling shape reused over a
-    long curriculum. Heavy: ~110 s on 2 cores, most of it the ~55 eager-op compiles of each new criterion count;
-    CI runs the 4-step version above."""
+    long curriculum. Heavy: 20 steps of sampling, judging and updating (with the 4-step version, 199 s on 2 busy
+    cores after the reward math was compiled once per shape; ~55 compiles a step before); CI runs the 4-step
+    version above."""
     _tiny_run(tiny_qwen3, tmp_path, monkeypatch, capsys, 20, [5, 12, 20, 32, 3, 30, 15, 24])

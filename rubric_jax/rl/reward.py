@@ -107,7 +107,7 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
     """
     active = np.flatnonzero(weights_c > 0)
     crit = [criteria[i] for i in active]
-    lam = jnp.asarray(weights_c[active])
+    lam = weights_c[active]
     b, g = len(prompts), len(responses[0])
     per_c = np.zeros((b, g, len(criteria)), np.float32)
     health = []
@@ -116,16 +116,15 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
         results = judge.pairwise_batch(list(prompts), [list(r) for r in responses], crit, seed=seed,
                                        group_ids=group_ids)
         for bi, res in enumerate(results):
-            w_gc = jnp.asarray(res.win_rates)
+            w_gc = np.asarray(res.win_rates)
             rows.append(np.asarray(RC.pairwise_reward(w_gc, lam)))
-            per_c[bi][:, active] = np.asarray(w_gc)
+            per_c[bi][:, active] = w_gc
             health.append(dict(res.metrics))
     else:
         results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crit)
         for bi, res in enumerate(results):
-            s = jnp.asarray(res.scores)
-            rows.append(np.asarray(RC.absolute_reward(s, jnp.asarray(res.max_points), lam, jnp.asarray(res.valid))))
-            per_c[bi][:, active] = np.asarray(RC.normalised_scores(s, jnp.asarray(res.max_points)))
+            rows.append(np.asarray(RC.absolute_reward(res.scores, res.max_points, lam, res.valid)))
+            per_c[bi][:, active] = np.asarray(RC.normalised_scores(res.scores, res.max_points))
             health.append(dict(res.metrics))
     return np.stack(rows).astype(np.float32), {"per_c": per_c, "health": health}
 
@@ -145,15 +144,15 @@ def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[
         results = judge.pairwise_batch(list(prompts), [list(r) for r in responses], crits, seed=seed,
                                        group_ids=group_ids)
         for res, cs in zip(results, crits):
-            w_gc = jnp.asarray(res.win_rates)
+            w_gc = np.asarray(res.win_rates)
             rewards.append(np.asarray(RC.pairwise_reward(w_gc, RC.all_active_weights(len(cs)))))
-            signal.append(float(np.abs(np.asarray(w_gc) - 0.5).mean()))
+            signal.append(float(np.abs(w_gc - 0.5).mean()))
             health.append(dict(res.metrics))
     else:
         results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crits)
         for res, cs in zip(results, crits):
-            s, m = jnp.asarray(res.scores), jnp.asarray(res.max_points)
-            rewards.append(np.asarray(RC.absolute_reward(s, m, RC.all_active_weights(len(cs)), jnp.asarray(res.valid))))
+            s, m = res.scores, res.max_points
+            rewards.append(np.asarray(RC.absolute_reward(s, m, RC.all_active_weights(len(cs)), res.valid)))
             signal.append(float(np.asarray(RC.normalised_scores(s, m)).mean()))
             health.append(dict(res.metrics))
     rows = {"signal": np.asarray(signal, np.float32), "criteria": np.asarray([len(c) for c in crits], np.int32),

@@ -244,3 +244,42 @@ def test_chunk_tree_mask_scores_suffixes_as_if_alone(tiny_qwen3_model):
     # Without the tree mask the second suffix would see the first: the check above can fail.
     plain, _ = model(jnp.asarray(chunk), jnp.asarray(positions), cache=cache)
     assert np.abs(np.asarray(plain[0, 4:]) - np.asarray(out[0, 4:])).max() > 1e-3
+
+
+def test_a_directorys_tokenizer_equals_transformers_autotokenizer(tiny_qwen3):
+    """load_tokenizer reads a tokenizer.json directory with the generic fast class (no torch import at start);
+    it must encode, decode and chat-format exactly like AutoTokenizer's Qwen2 class for the same files."""
+    from transformers import AutoTokenizer
+
+    from rubric_jax.models.tokenizer import load_tokenizer
+
+    auto = AutoTokenizer.from_pretrained(tiny_qwen3[0])
+    ours = load_tokenizer.__wrapped__(tiny_qwen3[0])
+    assert type(ours.hf).__name__ != type(auto).__name__  # the two paths really differ
+    texts = ["Write a short poem about the sea.", "  Leading spaces,\ttabs\nand new lines  ", "Émojis 🙂 数学 café",
+             "<|im_start|>user\nhi<|im_end|>", "<think>\nplan\n</think>\n\nanswer", "12345 + 678 = ?"]
+    for t in texts:
+        ids = auto.encode(t, add_special_tokens=False)
+        assert ours.encode(t) == ids, t
+        for skip in (True, False):
+            assert ours.decode(ids, skip_special_tokens=skip) == auto.decode(ids, skip_special_tokens=skip)
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "Blue."}, {"role": "user", "content": "Another?"}]
+    for gen in (True, False):
+        assert ours.chat(chat, add_generation_prompt=gen) == auto.apply_chat_template(
+            chat, tokenize=False, add_generation_prompt=gen, enable_thinking=False)
+    assert ours.eos_ids[0] == auto.eos_token_id and ours.pad_id == auto.pad_token_id
+    assert ours.vocab_size == len(auto) and ours.hf.all_special_ids == auto.all_special_ids
+
+
+def test_loading_a_tokenizer_does_not_import_torch(tiny_qwen3):
+    """Every command loads a tokenizer at start; through AutoTokenizer that imported torch (installed with the
+    test extras) for ~3 s per process. A fresh interpreter shows what a command's start imports."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from rubric_jax import load_tokenizer; t = load_tokenizer(sys.argv[1]); "
+            "print(t.encode('hello world'), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, tiny_qwen3[0]], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "False", out.stdout

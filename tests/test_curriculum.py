@@ -141,6 +141,7 @@ def test_dropout_mask_extremes():
         assert m.sum() == 1  # everything dropped -> exactly one kept
 
 
+@pytest.mark.slow
 def test_dropout_mask_statistics_and_jit():
     keys = jax.random.split(jax.random.key(0), 2000)
     masks = np.asarray(jax.jit(jax.vmap(lambda k: dropout_mask(k, 5, 0.5)))(keys))

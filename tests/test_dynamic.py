@@ -39,6 +39,7 @@ def test_config_and_metrics():
     assert m["dynamic/padded_groups"] == 3.0 and m["dynamic/extra_rounds"] == 2.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean", "dr_grpo"])
 def test_padded_groups_change_no_loss(aggregation):
     """Zero-weight groups (advantage 0, empty completion mask) leave the loss, its gradient's denominator and

@@ -92,6 +92,7 @@ def _write_run(workdir, steps=20, extra=True, seed=0):
                 f.write(json.dumps({"step": s, "time/eval": 1.5}) + "\n")
 
 
+@pytest.mark.slow
 def test_curves_cli_writes_pngs(tmp_path):
     run_a, run_b = tmp_path / "run_a", tmp_path / "run_b"
     _write_run(run_a, extra=True, seed=0)

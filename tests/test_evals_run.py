@@ -93,6 +93,7 @@ def test_model_spec_errors_on_disk(tmp_path):
         parse_models(f"a={wd}")
 
 
+@pytest.mark.slow
 def test_cli_reports_bad_specs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "evals.run", "--models=a=/no/such/model,b=smollm2", "--judge=smollm2",
                         f"--out={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)

@@ -144,6 +144,7 @@ def test_decode_against_a_prefix_equals_a_plain_cache(tiny_qwen3_model):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_prefix_rows_must_divide_the_batch(tiny_qwen3_model):
     tokens, mask = _batch(b=2, t=8)
     _, pre = tiny_qwen3_model(tokens, mask_bt=mask, return_kv=True)

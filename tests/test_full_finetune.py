@@ -83,6 +83,7 @@ def test_full_mode_refuses_bfloat16_weights():
         trainer.build(cfg)
 
 
+@pytest.mark.slow
 def test_gradient_of_a_weight_matches_central_differences():
     """d loss / d w for single entries of weights LoRA never touches (a norm scale, the embedding) and of an MLP
     kernel, against central differences of the loss the policy reports. The old log-probs are fixed and shifted

@@ -104,6 +104,7 @@ def test_unrolled_layers_match_scan(tiny_qwen3_model, qwen_tokenizer, judge):
     np.testing.assert_allclose(unrolled.p_first, res.p_first, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_both_orders_sum_to_one(judge, tiny_qwen3_model, qwen_tokenizer):
     res = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
     p = pairwise(tiny_qwen3_model, qwen_tokenizer, PROMPT, RESPONSES, CRITERIA, mode="logit")  # the public function
@@ -126,6 +127,7 @@ def test_both_orders_sum_to_one(judge, tiny_qwen3_model, qwen_tokenizer):
     np.testing.assert_allclose(m["position_bias"], res.p_first[off].mean(), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_hard_mode(judge):
     soft = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
     hard = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="hard")
@@ -140,6 +142,7 @@ def test_hard_mode(judge):
     assert hard.metrics["judgments"] == soft.metrics["judgments"]
 
 
+@pytest.mark.slow
 def test_sign_mode_and_the_spread_of_every_readout(judge):
     assert judge.config.mode == "sign"  # the default
     soft = judge.pairwise(PROMPT, RESPONSES, CRITERIA, mode="logit")
@@ -300,6 +303,7 @@ def test_bucketing_bounds_compilations(judge):
     b = [bucket(n) for n in range(1, 2000)]
     assert len(set(b)) <= 30 and all(x >= n for n, x in zip(range(1, 2000), b))
     assert all(x <= 1.25 * n + 8 for n, x in zip(range(16, 2000), b[15:]))
+    judge.pairwise(PROMPT, RESPONSES, CRITERIA)  # compiles its shapes here, whichever tests ran before
     before = judge.stats.compilations
     judge.pairwise("Write two sentences about a lighthouse keepers.",
                    [r.replace("keeper", "keeper's") for r in RESPONSES], CRITERIA)

@@ -69,6 +69,7 @@ def test_latin_square_cancels_a_planted_position_bias_exactly():
     assert np.abs((s1 - s1.mean()) - (quality - quality.mean())).max() > 0.5
 
 
+@pytest.mark.slow
 def test_scores_recover_ranking_average_half_and_are_complementary():
     g, c = 6, 3
     rng = np.random.default_rng(0)
@@ -163,6 +164,7 @@ def test_label_logits_equal_a_plain_forward_of_each_sequence(judge, tiny_qwen3_m
         np.testing.assert_allclose(res.label_logits[r, :, ci], want, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_batch_shapes_orders_and_bad_calls(judge):
     two = ["A short answer.", "Another, somewhat longer answer about the keeper."]
     res = listwise_batch(judge, [PROMPT, PROMPT, PROMPT], [RESPONSES, two, ["only one"]], CRITERIA,
@@ -188,6 +190,7 @@ def test_batch_shapes_orders_and_bad_calls(judge):
         listwise_batch(judge, [PROMPT], [RESPONSES], CRITERIA[:1], orders=np.array([[0, 0, 1]]))
 
 
+@pytest.mark.slow
 def test_the_listwise_pairing_of_a_judge_is_listwise_batch(judge, tiny_qwen3_model, qwen_tokenizer):
     """judge.pairing="listwise" (the trainer's switch) hands pairwise_batch calls to listwise_batch: the same
     orders and scores, from the cache (no new verdicts)."""
@@ -208,6 +211,7 @@ def test_the_listwise_pairing_of_a_judge_is_listwise_batch(judge, tiny_qwen3_mod
         judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, pairing="ranked")
 
 
+@pytest.mark.slow
 def test_the_list_ceiling_shape_fits_the_longest_group_the_budgets_allow(tiny_qwen3_model, qwen_tokenizer):
     """With a budget of two compiled shapes, the second is the ceiling. It is planned from the longest listwise
     head (G responses at the token budget, not the pointwise head of one), so a later group of maximal

@@ -128,6 +128,7 @@ def test_grad_vs_central_differences_x64(agg, kl):
 # ----------------------------------------------------------------------------------------------------------
 # Clipping.
 # ----------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_clip_and_dual_clip_fire():
     logp, old, ref, adv, mask = make_batch(3, b=6, t=8, empty_row=False)
     adv = np.array([1.0, -1.0, 0.5, -0.7, 1.3, -2.0])

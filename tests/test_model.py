@@ -32,6 +32,7 @@ def _check_parity(ckpt_dir, hf_model, vocab, tol=1e-4):
     return model
 
 
+@pytest.mark.slow
 def test_qwen3_tied_parity(tiny_qwen3):
     d, hf = tiny_qwen3
     model = _check_parity(d, hf, 151936)
@@ -272,6 +273,7 @@ def test_a_directorys_tokenizer_equals_transformers_autotokenizer(tiny_qwen3):
     assert ours.vocab_size == len(auto) and ours.hf.all_special_ids == auto.all_special_ids
 
 
+@pytest.mark.slow
 def test_loading_a_tokenizer_does_not_import_torch(tiny_qwen3):
     """Every command loads a tokenizer at start; through AutoTokenizer that imported torch (installed with the
     test extras) for ~3 s per process. A fresh interpreter shows what a command's start imports."""

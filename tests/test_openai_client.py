@@ -79,6 +79,7 @@ def test_from_spec_and_repr(key):
             ChatClient.from_spec(bad)
 
 
+@pytest.mark.slow
 def test_retries_429_with_retry_after_then_5xx_then_succeeds(scripted, key):
     base, hits, auth = scripted
     c = ChatClient(f"{base}/flaky/v1", "m", api_key_env=KEY_ENV, backoff_s=0.05, max_retries=5)

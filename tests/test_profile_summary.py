@@ -134,6 +134,7 @@ def _cli(*args):
                           text=True, timeout=300, env=dict(os.environ, JAX_PLATFORMS="cpu"))
 
 
+@pytest.mark.slow
 def test_cli_table_and_json(traced, tmp_path):
     workdir, path = traced[False]
     out_json = tmp_path / "summary.json"
@@ -156,6 +157,7 @@ def test_cli_table_and_json(traced, tmp_path):
     assert {"judge", "update"} <= scopes.keys() and "judge/heads" not in scopes
 
 
+@pytest.mark.slow
 def test_cli_no_trace_is_a_clear_error(tmp_path):
     r = _cli(str(tmp_path))
     assert r.returncode == 2 and "no jax.profiler trace" in r.stderr and "profile_steps" in r.stderr

@@ -60,6 +60,7 @@ def scripted_writer(answer, seen=None):
     return write
 
 
+@pytest.mark.slow
 def test_saturated_criterion_is_replaced_and_rescored_on_the_same_responses():
     scorer, seen = ScriptedScorer(TABLE), []
     res = SL.step(["q"], RESPONSES, [RUBRIC], ["q1"], scorer=scorer, write=scripted_writer({"a": NEW_A}, seen),

@@ -480,6 +480,7 @@ def test_invalid_fraction_and_entropy_hand():
     np.testing.assert_allclose(verdict_entropy(np.full((2, 5), 0.2)), np.log(5), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_trainers_compiled_reward_math_equals_the_pure_functions():
     """rubric_jax.rewards.compiled is what the training loop calls: the same values, one program per shape."""
     from rubric_jax import rewards as R

@@ -20,6 +20,7 @@ def judge(tiny_qwen3_model, qwen_tokenizer):
     return make_judge(tiny_qwen3_model, qwen_tokenizer, mode="logit")
 
 
+@pytest.mark.slow
 def test_pairwise_rewards_are_the_judges_win_rates_weighted(judge):
     out = score_groups(PROMPTS, GROUPS, CRITS, judge=judge)
     ref = judge.pairwise_batch(PROMPTS, GROUPS, CRITS)
@@ -32,6 +33,7 @@ def test_pairwise_rewards_are_the_judges_win_rates_weighted(judge):
     np.testing.assert_allclose(only_second.weights, [0.0, 1.0])
 
 
+@pytest.mark.slow
 def test_listwise_and_pointwise_modes(judge):
     lw = score_groups(PROMPTS, GROUPS, CRITS, judge=judge, mode="listwise")
     np.testing.assert_allclose(lw.per_criterion.mean(1), 0.5, atol=1e-6)

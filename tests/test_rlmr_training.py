@@ -39,6 +39,7 @@ def groups(draw):
     return r, v, draw(st.floats(0.01, 0.5))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(groups())
 def test_every_violator_gets_a_negative_advantage(group):
@@ -124,6 +125,7 @@ def _scripted(odd_only=True):
     return judge_step
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
     seen = []
     monkeypatch.setattr(Policy, "update", lambda self, batch, key: seen.append(batch) or {"loss": 0.0})

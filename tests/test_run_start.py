@@ -219,6 +219,7 @@ def test_exploration_projection_is_fixed_over_steps_and_resume(tiny_qwen3, tmp_p
 # ---------------------------------------------------------------------------------------------------------------
 # Broken checkpoint files are named.
 
+@pytest.mark.slow
 def test_a_truncated_safetensors_or_gguf_file_is_named(tmp_path):
     from conftest import write_tiny_checkpoint
     from rubric_jax.models.loading import CheckpointFileError, embedded_model_path, load_model

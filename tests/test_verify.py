@@ -52,6 +52,7 @@ def test_verdicts_equal_a_plain_forward_of_each_sequence(judge, tiny_qwen3_model
     np.testing.assert_allclose(full.p_orders, res.p_orders, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_a_response_is_read_once_for_all_its_constraints(tiny_qwen3_model, qwen_tokenizer):
     """Adding constraints adds only their suffix tokens (both orders), not another copy of prompt + response."""
     def real_tokens(cs):

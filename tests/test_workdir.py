@@ -107,6 +107,7 @@ def test_a_workdir_without_checkpoints_is_a_clear_error(tmp_path, with_dir):
     assert os.path.isdir(tmp_path / "checkpoints") == with_dir  # reading creates nothing
 
 
+@pytest.mark.slow
 def test_adapters_that_do_not_fit_the_config_are_a_clear_error(tiny_qwen3):
     import jax
     from flax import nnx

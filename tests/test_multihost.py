@@ -151,7 +151,7 @@ def test_two_processes_equal_one_process_with_all_devices(n, mesh, tiny_qwen3, t
         assert json.load(f)["mesh"] == mesh
 
 
-def test_metrics_of_pooled_halves_equal_the_metrics_of_the_whole_batch(smollm2_tokenizer):
+def test_metrics_of_pooled_halves_equal_the_metrics_of_the_whole_batch(qwen_tokenizer):
     """What each process contributes (per-row figures, padding counts, judge rows) pools into exactly the
     metrics of one process holding the whole batch."""
     from rubric_jax.rl import diagnostics, shapes
@@ -162,7 +162,7 @@ def test_metrics_of_pooled_halves_equal_the_metrics_of_the_whole_batch(smollm2_t
     rng = np.random.RandomState(0)
     g, lengths = 2, np.asarray([3, 9, 1, 5], np.int32)
     tokens = rng.randint(100, 2000, (4, 12)).astype(np.int32)
-    tokens[1, 8] = smollm2_tokenizer.eos_ids[0]  # one completion ends, three are cut off
+    tokens[1, 8] = qwen_tokenizer.eos_ids[0]  # one completion ends, three are cut off
     entropy = rng.rand(4, 12).astype(np.float32)
     pt = np.zeros((2, 8), np.int32)
     pm = np.zeros((2, 8), bool)
@@ -173,13 +173,13 @@ def test_metrics_of_pooled_halves_equal_the_metrics_of_the_whole_batch(smollm2_t
                                   logprobs=entropy[2 * i:2 * i + 2] * 0, entropy=entropy[2 * i:2 * i + 2],
                                   prompt_tokens=pt[i:i + 1], prompt_mask=pm[i:i + 1], num_samples=g)
     prompts = ["Write a poem.", "Écris un poème."]
-    texts = [smollm2_tokenizer.decode(c) for c in whole.completions()]
+    texts = [qwen_tokenizer.decode(c) for c in whole.completions()]
     plan = shapes.ShapePlan(prompt_ladder=(8,), completion_ladder=(4, 8, 12), prompt_width=8)
     from rubric_jax.rl.trainer import rollout_batch
 
     def rows(out, ps, ts):
         batch = rollout_batch(out, np.zeros(out.tokens.shape[0], np.float32), plan, longest=9)
-        return {"completion": diagnostics.completion_rows(out, ps, ts, smollm2_tokenizer),
+        return {"completion": diagnostics.completion_rows(out, ps, ts, qwen_tokenizer),
                 "padding": shapes.padding_counts(out, batch)}
 
     pooled = merge_rows([rows(half(i), prompts[i:i + 1], texts[2 * i:2 * i + 2]) for i in range(2)])

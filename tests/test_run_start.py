@@ -199,8 +199,8 @@ def test_exploration_projection_is_fixed_over_steps_and_resume(tiny_qwen3, tmp_p
         c.checkpoint.every = 2
         return c
 
-    # two steps (the matrix is the same at both), then one more after the resume: every step recompiles the
-    # judge for its new number of active criteria, so more steps would only repeat the same checks
+    # two steps (the matrix is the same at both), then one more after the resume: more steps would only repeat
+    # the same checks
     wd = str(tmp_path / "run")
     trainer.train(cfg(2, seed=0), wd)
     # resumed with another seed: the checkpoint's projection seed wins, so step 2 uses step 0's matrix

@@ -95,6 +95,7 @@ def _penalty_then_advantages(r, violate, gamma):
     gamma=st.floats(0.01, 1.0),
     scale=st.floats(0.01, 10.0),
 )
+@pytest.mark.slow
 def test_rlmr_violators_get_negative_advantage(n, seed, gamma, scale):
     rng = np.random.default_rng(seed)
     k = int(rng.integers(1, n))  # 0 < k < n

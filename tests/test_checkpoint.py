@@ -39,6 +39,7 @@ def _assert_tree_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
 
 
+@pytest.mark.slow
 def test_round_trip_with_abstract_target(tmp_path):
     state = _train_state()
     meta = {"data": {"epoch": 1, "index": np.int64(42)}, "curriculum": {"active": 3}, "config": {"lr": 5e-6},
@@ -210,6 +211,7 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_kill_during_save_keeps_previous_checkpoint(tmp_path):
     """SIGKILL lands deterministically inside the save of step 2 (a hook blocks it just before the commit)."""
     script = tmp_path / "child.py"

@@ -247,6 +247,7 @@ def test_chunk_tree_mask_scores_suffixes_as_if_alone(tiny_qwen3_model):
     assert np.abs(np.asarray(plain[0, 4:]) - np.asarray(out[0, 4:])).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_a_directorys_tokenizer_equals_transformers_autotokenizer(tiny_qwen3):
     """load_tokenizer reads a tokenizer.json directory with the generic fast class (no torch import at start);
     it must encode, decode and chat-format exactly like AutoTokenizer's Qwen2 class for the same files."""

@@ -120,6 +120,7 @@ def test_failed_writer_or_unreadable_rescore_keeps_the_old_rewards():
     assert res.status.tolist() == [SL.NOT_TRIGGERED]
 
 
+@pytest.mark.slow
 def test_store_sources_events_and_state_round_trip(tmp_path):
     rec = PromptRecord(id="q1", prompt="p", task="script_live_action", rubric=RUBRIC.to_dict())
     plain = PromptRecord(id="q2", prompt="p2")

@@ -74,8 +74,8 @@ def _from_dir(path: str):
     """transformers' fast tokenizer of a directory.
 
     With a tokenizer.json, the generic fast class reads it as it stands: the same vocabulary, pipeline, special
-    tokens and chat template that AutoTokenizer's per-family class gives (tests/test_smollm2.py and
-    test_model.py compare them). AutoTokenizer is kept for directories without one (a SentencePiece model or
+    tokens and chat template that AutoTokenizer's per-family class gives (tests/test_model.py and
+    test_gguf_cache.py compare them). AutoTokenizer is kept for directories without one (a SentencePiece model or
     vocab.json + merges.txt to convert): importing it loads transformers' model configuration code, and with
     it torch where torch is installed, about 3 s of every command's start for a library this package never
     uses."""

@@ -13,8 +13,15 @@ from test_trainer import _tiny_run_config  # noqa: E402
 RARE_CONFIGS = ("rare", "rare_task", "mpo", "rler", "sample_static", "task_static", "instance_rubric")
 
 
+# heavy: RLER's two steps decode 512-token criteria with the real constrained writer and score them with the
+# generating judge on the tiny model (about 80 s on 2 cores). CI keeps what it checks apart: the same config's
+# trainer path, pools and resume in test_rler.py (scripted writer and scorer), the real writer and scorer in
+# the [rare] case here.
+PARAMS = [pytest.param(n, marks=pytest.mark.heavy) if n == "rler" else n for n in RARE_CONFIGS]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", RARE_CONFIGS)
+@pytest.mark.parametrize("name", PARAMS)
 def test_rare_and_baseline_configs_run_two_steps(name, tiny_qwen3, tmp_path):
     """The RARE family's :tiny variants on the bundled script requests, with the real judge and (for rare and
     rler) the real constrained writer on a tiny random model: two steps, statistics logged, checkpoint written.

@@ -456,13 +456,15 @@ SCRIPT_CASES = (
 
 @pytest.mark.slow
 @pytest.mark.smollm2
+@pytest.mark.heavy
 def test_smollm2_local_writer_rewrites_a_shared_script_rubric(smollm2, smollm2_tokenizer):
     """The embedded SmolLM2, decoding under the revise grammar, rewrites (the first three criteria of) the bundled
     live-action rubric from 12 representative cases: its first answer passes the full validator. (All six
     criteria, three seeds: 3 of 3 valid, but ~8 minutes of CPU decoding, too long for every CI run.) Tight
     string limits keep the answer (3 updates, 13 level descriptions) near 340 tokens (570 with the looser
-    ones): decoding is one step per token. Over 30 s on 2 loaded cores: those steps of the 135M model and the
-    prefill of its ~2300-token prompt."""
+    ones): decoding is one step per token. Heavy: about 90 s on 2 loaded cores (those steps of the 135M model
+    and the prefill of its ~2300-token prompt); CI runs the revise grammar's own tests above and the SmolLM2
+    writer's validity check in test_rare_writer.py."""
     full = load_rubric("script_live_action")
     rubric = Rubric(full.name, full.criteria[:3], description=full.description)
     rng = np.random.default_rng(0)

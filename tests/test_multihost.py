@@ -70,8 +70,9 @@ def _launch(workdir, ckpt, mesh, devices, steps, cache, *, processes=1):
     cmd = [sys.executable, "-m", "rubric_jax.main", "--config=configs/rcrl.py:tiny", f"--workdir={workdir}",
            f"--config.model={ckpt}", f"--config.mesh={mesh}", f"--config.steps={steps}",
            "--config.tensorboard=False", f"--config.compilation_cache_dir={cache}",
-           # one criterion in both steps: the judge compiles once (the curriculum is tested elsewhere)
-           "--config.reward.interval=100"]
+           # one criterion in both steps: the judge compiles once (the curriculum is tested elsewhere); one
+           # completion width (the ladder of 8 has one rung): the update compiles once and the restart loads it
+           "--config.reward.interval=100", "--config.max_completion_len=8"]
     port = _free_port()
     procs = []
     for pid in range(processes):
@@ -130,7 +131,7 @@ def _compare_runs(one, two):
     pytest.param(4, "data:2,fsdp:4", marks=pytest.mark.heavy),
 ])
 def test_two_processes_equal_one_process_with_all_devices(n, mesh, tiny_qwen3, tmp_path):
-    """(data:2: about 150 s on 2 cores, five process starts: the 1-process reference, the 2-process run stopped
+    """(data:2: about 120 s on 2 idle cores, five process starts: the 1-process reference, the 2-process run stopped
     after step 1 and its restart; nothing less checks that processes joined by jax.distributed train as one.)"""
     ckpt = tiny_qwen3[0]
     cache = str(tmp_path / "jax_cache")

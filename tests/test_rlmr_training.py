@@ -204,12 +204,12 @@ def test_rlmr_tiny_runs_from_the_readme_command(tiny_qwen3, tmp_path):
 @pytest.mark.parametrize("name", ["writing_only", "verifier_only", "rlmr_linear", "rlmr_noisy"])
 def test_rlmr_baselines_run_two_steps(name, tiny_qwen3, tmp_path):
     """Each baseline's :tiny config for two steps, on the tiny random Qwen3 (what is checked is how the reward
-    mixes the judge's writing score with the verifier's flags, not what a real model writes; the README test
-    above runs RLMR itself on the embedded SmolLM2)."""
+    mixes the judge's writing score with the verifier's flags, not what a real model writes; the README command
+    test above runs RLMR itself). They compile into the session's cache (tests/conftest.py), so the programs of
+    that command's subprocess, the same :tiny shapes on the same checkpoint, are loaded rather than compiled."""
     c = load_config(name, "tiny")
     c.unlock()
     c.model, c.tensorboard = tiny_qwen3[0], False
-    c.compilation_cache_dir = str(tmp_path.parent / "rlmr_jax_cache")  # the four runs share compiled programs
     hist = trainer.train(c, str(tmp_path))
     assert [m["step"] for m in hist] == [0, 1]
     for m in hist:  # reward/mean and the rlmr/ means are over the same sampled rollouts

@@ -197,6 +197,7 @@ def test_exploration_projection_is_fixed_over_steps_and_resume(tiny_qwen3, tmp_p
         c = load_config("rcrl_exploration", "tiny")
         c.model, c.steps, c.seed, c.max_completion_len, c.tensorboard = tiny_qwen3[0], steps, seed, 8, False
         c.checkpoint.every = 2
+        c.reward.interval = 100  # one criterion throughout: the judge compiles once (the curriculum is not at issue)
         return c
 
     # two steps (the matrix is the same at both), then one more after the resume: more steps would only repeat

@@ -43,6 +43,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.group_size = 8  # G
     c.max_prompt_len = 768
     c.max_completion_len = 1024
+    # The prompt width of the whole run (rubric_jax.rl.shapes): "longest" = the ladder rung of the longest prompt
+    # the run can draw; "max" = max_prompt_len for every dataset, so runs on different data with the same other
+    # shapes compile the same sampler and update programs and share them through the compilation cache.
+    c.prompt_width = "longest"
     c.rubric = "creative_writing"
     # Where each prompt's rubric comes from: "config" (c.rubric for all), "record" (the record's own rubric,
     # else c.rubric), "task" (the built-in rubric named by the record's task, else c.rubric).

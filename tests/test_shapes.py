@@ -72,6 +72,10 @@ def test_shape_plan_prompt_width_is_the_rung_of_the_longest_prompt():
     assert plan.prompt_ladder == (32, 64, 96, 128) and plan.prompt_width == 128
     assert ShapePlan.build(768, 1024, [39, 103]).prompt_width == 192
     assert ShapePlan.build(768, 1024, []).prompt_width == 768  # nothing known: the budget
+    # "max": the top rung whatever the data, so runs on other datasets compile the same programs
+    assert ShapePlan.build(768, 1024, [39, 103], width="max").prompt_width == 768
+    with pytest.raises(ValueError, match="'longest' or 'max'"):
+        ShapePlan.build(768, 1024, [39], width="widest")
     assert [plan.completion_width(n) for n in (0, 1, 8, 9, 16)] == [8, 8, 8, 16, 16]
 
 

@@ -132,6 +132,9 @@ def _tiny_run_config(name, ckpt_dir, **over):
     c.model = ckpt_dir
     c.steps = over.pop("steps", 1)
     c.max_completion_len = 8
+    # every dataset at the same prompt width: the tiny runs of the suite share sampler and update programs
+    # through the session's compilation cache (tests/conftest.py) instead of compiling them per dataset
+    c.prompt_width = "max"
     c.tensorboard = False
     for k, v in over.items():
         obj = c

@@ -172,7 +172,8 @@ def build(config) -> Setup:
                             shard_index=jax.process_index(), shard_count=jax.process_count())
     # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
     shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,
-                             [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records])
+                             [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records],
+                             width=config.prompt_width)
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")

@@ -17,8 +17,10 @@ itself: the sampler emits exactly max_completion_len columns and prompts are tru
 
 Layout of a step (`ShapePlan`):
   prompt width      one rung for the whole run: the prompt ladder's rung of the longest (truncated) prompt of
-                    the dataset, found once at setup. The sampler and the update both use it, so the sampler
-                    compiles once and the update's shapes vary in the completion width only.
+                    the dataset, found once at setup (config prompt_width="longest"), or the top rung whatever
+                    the data ("max": runs on different datasets then share programs). The sampler and the
+                    update both use it, so the sampler compiles once and the update's shapes vary in the
+                    completion width only.
   completion width  per step: the completion ladder's rung of the step's longest completion. The sampled
                     completion columns are trimmed to it before the update (and the exploration bonus).
 
@@ -80,10 +82,14 @@ class ShapePlan:
     prompt_width: int
 
     @classmethod
-    def build(cls, max_prompt_len: int, max_completion_len: int, prompt_lengths: Sequence[int] = ()) -> "ShapePlan":
-        """`prompt_lengths`: the encoded (already truncated) lengths of every prompt the run can draw."""
+    def build(cls, max_prompt_len: int, max_completion_len: int, prompt_lengths: Sequence[int] = (),
+              width: str = "longest") -> "ShapePlan":
+        """`prompt_lengths`: the encoded (already truncated) lengths of every prompt the run can draw.
+        `width`: "longest" (the rung of the longest of them) or "max" (the top rung, whatever the data)."""
+        if width not in ("longest", "max"):
+            raise ValueError(f"prompt width must be 'longest' or 'max', got {width!r}")
         prompts = ladder(max_prompt_len)
-        longest = max(prompt_lengths, default=max_prompt_len)
+        longest = max(prompt_lengths, default=max_prompt_len) if width == "longest" else max_prompt_len
         return cls(prompts, ladder(max_completion_len), rung(prompts, longest))
 
     def completion_width(self, longest_completion: int) -> int:

@@ -22,6 +22,7 @@ from rubric_jax.rl.losses import AGGREGATIONS
 DTYPES = ("float32", "bfloat16", "float16")
 FINETUNES = ("lora", "full")
 RUBRIC_SOURCES = ("config", "record", "task")
+PROMPT_WIDTHS = ("longest", "max")
 SCHEDULES = ("cosine", "constant")
 KL_KINDS = ("k1", "k3")
 REMATS = ("none", "full", "dots_saveable")
@@ -77,6 +78,7 @@ def check(config) -> None:
     _choice(config, "dtype", DTYPES)
     _choice(config, "finetune", FINETUNES)
     _choice(config, "rubric_source", RUBRIC_SOURCES)
+    _choice(config, "prompt_width", PROMPT_WIDTHS)
     if config.finetune == "full" and config.dtype != "float32":
         # no float32 master copy: at RARE's lr 1e-6 most bfloat16 updates round back to the old weight
         _fail("dtype", config.dtype, "finetune='full' trains the weights in this dtype, where small updates are "

@@ -170,7 +170,8 @@ def build(config) -> Setup:
         records, heldout = pacing_phase.split_records(records, pacing_cfg, min_train=config.prompts_per_step)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
-    # One prompt width for the whole run: the rung of the longest prompt it can draw (one sampler program).
+    # One prompt width for the whole run (one sampler program): the rung of the longest prompt it can draw, or
+    # max_prompt_len (config.prompt_width).
     shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,
                              [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records],
                              width=config.prompt_width)

@@ -73,6 +73,9 @@ def rung(widths: Sequence[int], n: int) -> int:
     raise ValueError(f"length {n} exceeds the largest width {widths[-1]}")
 
 
+PROMPT_WIDTHS = ("longest", "max")  # config.prompt_width
+
+
 @dataclasses.dataclass(frozen=True)
 class ShapePlan:
     """The ladders of one run and its fixed prompt width."""
@@ -86,7 +89,7 @@ class ShapePlan:
               width: str = "longest") -> "ShapePlan":
         """`prompt_lengths`: the encoded (already truncated) lengths of every prompt the run can draw.
         `width`: "longest" (the rung of the longest of them) or "max" (the top rung, whatever the data)."""
-        if width not in ("longest", "max"):
+        if width not in PROMPT_WIDTHS:
             raise ValueError(f"prompt width must be 'longest' or 'max', got {width!r}")
         prompts = ladder(max_prompt_len)
         longest = max(prompt_lengths, default=max_prompt_len) if width == "longest" else max_prompt_len

@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 from rubric_jax.rewards.group import ADVANTAGE_KINDS
 from rubric_jax.rl.losses import AGGREGATIONS
+from rubric_jax.rl.shapes import PROMPT_WIDTHS
 
 DTYPES = ("float32", "bfloat16", "float16")
 FINETUNES = ("lora", "full")
 RUBRIC_SOURCES = ("config", "record", "task")
-PROMPT_WIDTHS = ("longest", "max")
 SCHEDULES = ("cosine", "constant")
 KL_KINDS = ("k1", "k3")
 REMATS = ("none", "full", "dots_saveable")

@@ -49,8 +49,8 @@ def test_notebook_runs_end_to_end(trained_workdir, tmp_path, monkeypatch):
     Heavy tier (about 2 minutes on 2 cores: a Jupyter kernel and four SmolLM2 process starts, one of them a
     pairwise evaluation). The main suite checks the notebook's cells and commands
     (test_notebook_is_valid_and_stored_without_outputs) and runs each command on its own: the resume
-    (test_main_job.py), evals.curves (test_evals_report.py) and the SmolLM2 pairwise evaluation
-    (test_evals_run.py::test_pairwise_elo_real_small_run)."""
+    (test_main_job.py), evals.curves (test_evals_report.py) and the pairwise evaluation's command line
+    (test_evals_run.py::test_pairwise_elo_command_line_on_a_tiny_model; on SmolLM2 in this tier)."""
     import shutil
 
     nbclient = pytest.importorskip("nbclient")

@@ -330,16 +330,13 @@ def test_peft_adapter_spec_matches_the_lora_model(tiny_qwen3, tmp_path):
     assert member.fingerprint != LoadedMember(parse_models(f"b={tiny_qwen3[0]}")[0].members[0]).fingerprint
 
 
-@pytest.mark.slow
-@pytest.mark.smollm2
-def test_pairwise_elo_real_small_run(tmp_path, monkeypatch):
-    """The command line on the embedded SmolLM2 (contestant and judge): its judge must rate the model above
-    its own word-shuffled copy, a claim about the real model that a random checkpoint cannot make. Over 30 s:
-    6 prompts are what that claim was measured on, and the subprocess loads and compiles the 135M model."""
+def _pairwise_elo_cli(tmp_path, monkeypatch, model, prompts):
+    """`python -m evals.run --suite=pairwise_elo` with `model` and its word-shuffled copy as contestants and
+    `model` as judge; checks what holds for any judge (files, plots, both orders of every pair, the ratings
+    table, a rerun that recomputes nothing) and returns the ratings by name."""
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "evals.run", "--suite=pairwise_elo",
-           "--models=base=smollm2-135m-instruct,shuffled=shuffled:smollm2-135m-instruct",
-           "--judge=smollm2-135m-instruct", "--prompts=6", "--max_new_tokens=24", f"--out={out}",
+    cmd = [sys.executable, "-m", "evals.run", "--suite=pairwise_elo", f"--models=base={model},shuffled=shuffled:{model}",
+           f"--judge={model}", f"--prompts={prompts}", "--max_new_tokens=24", f"--out={out}",
            f"--cache_dir={tmp_path / 'cache'}", "--bootstrap=200", "--quiet"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -351,10 +348,8 @@ def test_pairwise_elo_real_small_run(tmp_path, monkeypatch):
         img = matplotlib.image.imread(str(out / f))
         assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
     res = json.loads((out / "results.json").read_text())
-    elo = {m["name"]: m["elo"] for m in res["models"]}
-    assert elo["base"] > elo["shuffled"], res["models"]
     comps = np.load(out / "comparisons.npz")
-    assert len(comps["a"]) == 6 * 2  # 6 prompts x one pair x both orders
+    assert len(comps["a"]) == prompts * 2  # prompts x one pair x both orders
     assert set(zip(comps["a"].tolist(), comps["b"].tolist())) == {(0, 1), (1, 0)}
     assert "base" in r.stdout and "shuffled" in r.stdout  # the ratings table
     # a rerun recomputes nothing: no model is loaded, nothing generated or judged (in-process, so that a
@@ -372,6 +367,28 @@ def test_pairwise_elo_real_small_run(tmp_path, monkeypatch):
     monkeypatch.setattr(evals.judges.LocalJudge, "_judge", recomputed)
     assert main(cmd[3:]) == 0
     assert json.loads((out / "results.json").read_text())["models"] == res["models"]
+    return {m["name"]: m["elo"] for m in res["models"]}
+
+
+@pytest.mark.slow
+def test_pairwise_elo_command_line_on_a_tiny_model(tiny_qwen3, tmp_path, monkeypatch):
+    """The command line end to end on a tiny random checkpoint (contestant, shuffled copy and judge): results,
+    report, plots, comparisons in both orders, and a rerun served from the caches. Which model the judge
+    rates higher is a claim about a real model: test_pairwise_elo_real_small_run (heavy tier) makes it."""
+    elo = _pairwise_elo_cli(tmp_path, monkeypatch, tiny_qwen3[0], prompts=3)
+    assert set(elo) == {"base", "shuffled"} and all(np.isfinite(list(elo.values())))
+
+
+@pytest.mark.heavy
+@pytest.mark.slow
+@pytest.mark.smollm2
+def test_pairwise_elo_real_small_run(tmp_path, monkeypatch):
+    """The command line on the embedded SmolLM2 (contestant and judge): its judge must rate the model above
+    its own word-shuffled copy, a claim about the real model that a random checkpoint cannot make. Over 30 s:
+    6 prompts are what that claim was measured on, and the subprocess loads and compiles the 135M model.
+    Heavy: about 50 s on 2 cores; test_pairwise_elo_command_line_on_a_tiny_model runs the same command in CI."""
+    elo = _pairwise_elo_cli(tmp_path, monkeypatch, "smollm2-135m-instruct", prompts=6)
+    assert elo["base"] > elo["shuffled"], elo
 
 
 def test_remote_judge_both_orders_and_cache(tmp_path):
@@ -413,7 +430,7 @@ def test_two_judges_one_in_process_one_remote(tmp_path, tmp_path_factory):
     out = tmp_path / "out"
     from evals.run import main
 
-    # in-process: the command line itself is test_pairwise_elo_real_small_run's
+    # in-process: the command line itself is test_pairwise_elo_command_line_on_a_tiny_model's
     assert main(["--suite=pairwise_elo", f"--models=a={ckpt},s=shuffled:{ckpt}",
                  f"--judges={ckpt},openai:tiny_qwen3@{base}", "--prompts=3", "--max_new_tokens=12", f"--out={out}",
                  f"--cache_dir={tmp_path / 'cache'}", "--bootstrap=50", "--quiet"]) == 0

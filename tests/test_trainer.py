@@ -136,6 +136,10 @@ def _tiny_run_config(name, ckpt_dir, **over):
     # through the session's compilation cache (tests/conftest.py) instead of compiling them per dataset
     c.prompt_width = "max"
     c.tensorboard = False
+    # a random model's integer scores are unreadable, so RARE's scorer retries nearly every one in generate
+    # mode: 16 tokens instead of 64 run the same retry path at a quarter of the decoding (the 152k-word output
+    # layer dominates each decoding step of the tiny model)
+    c.rare.retry_max_new_tokens = 16
     for k, v in over.items():
         obj = c
         *path, leaf = k.split(".")

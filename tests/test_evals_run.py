@@ -290,6 +290,7 @@ def test_a_training_workdir_is_a_contestant(tiny_qwen3, tmp_path):
     c.model = tiny_qwen3[0]
     c.steps = 1
     c.max_completion_len = 8
+    c.prompt_width = "max"  # the sampler and update programs of the suite's other tiny runs (test_trainer)
     c.tensorboard = False
     wd = str(tmp_path / "run")
     trainer.train(c, wd)

@@ -395,6 +395,7 @@ def test_auto_paced_training_resumes_with_its_pacing_state(tiny_qwen3, tmp_path,
         c = load_config("rcrl_auto_pacing", "tiny")
         c.model, c.steps, c.max_completion_len, c.tensorboard = tiny_qwen3[0], 2, 8, False
         c.checkpoint.every = 1
+        c.prompt_width = "max"  # the sampler and update programs of the suite's other tiny runs (test_trainer)
         return c
 
     generated = []

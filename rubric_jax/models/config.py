@@ -1,4 +1,4 @@
-"""Model configuration: one frozen dataclass for Qwen3 and Llama-family decoders.
+"""Model configuration: one frozen dataclass for Qwen3, Qwen2 and Llama-family decoders.
 
 Parses Hugging Face `config.json` files written by transformers 4 (`rope_theta`, `torch_dtype`,
 `rope_scaling`) and transformers 5 (`rope_parameters`, `dtype`), and holds presets with the real
@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-ARCHS = ("qwen3", "llama")
+ARCHS = ("qwen3", "qwen2", "llama")
 REMAT_POLICIES = ("none", "full", "dots_saveable")
 ATTENTION_IMPLS = ("plain", "xla", "cudnn", "chunked")
 RUNTIME_FIELDS = ("scan_layers", "remat", "attention", "attention_chunk")
@@ -20,7 +20,7 @@ RUNTIME_FIELDS = ("scan_layers", "remat", "attention", "attention_chunk")
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    arch: str  # "qwen3" (q/k RMSNorm per head) or "llama" (no q/k norm)
+    arch: str  # "qwen3" (q/k RMSNorm per head), "qwen2" (biases on q/k/v) or "llama" (neither)
     vocab_size: int  # V
     hidden_size: int  # D
     intermediate_size: int  # F
@@ -63,6 +63,10 @@ class ModelConfig:
         return self.arch == "qwen3"
 
     @property
+    def qkv_bias(self) -> bool:
+        return self.arch == "qwen2"
+
+    @property
     def rope_scaling_dict(self) -> dict[str, float] | None:
         return dict(self.rope_scaling) if self.rope_scaling else None
 
@@ -74,12 +78,20 @@ class ModelConfig:
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any], name: str = "") -> "ModelConfig":
         model_type = d.get("model_type", "")
-        if model_type in ("qwen3",):
-            arch = "qwen3"
+        if model_type in ("qwen3", "qwen2"):
+            arch = model_type
         elif model_type in ("llama", "mistral"):
             arch = "llama"
         else:
-            raise ValueError(f"unsupported model_type {model_type!r} (supported: qwen3, llama)")
+            raise ValueError(f"unsupported model_type {model_type!r} (supported: qwen3, qwen2, llama, mistral)")
+        windowed = "sliding_attention" in (d.get("layer_types") or ()) or (
+                d.get("use_sliding_window") and d.get("sliding_window") is not None
+                and d.get("max_window_layers", 0) < d.get("num_hidden_layers", 0))
+        if model_type == "qwen2" and windowed:
+            # Qwen2 releases ship use_sliding_window=false; a windowed layer would attend differently here.
+            raise ValueError("Qwen2 sliding-window attention (use_sliding_window=true) is not supported")
+        if arch == "llama" and (d.get("attention_bias") or d.get("mlp_bias")):
+            raise ValueError("Llama checkpoints with attention_bias or mlp_bias are not supported")
         required = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
         missing = [k for k in required if k not in d]
         if missing:
@@ -144,6 +156,12 @@ PRESETS: dict[str, ModelConfig] = {
         "qwen3-4b": _qwen3("qwen3-4b", 2560, 9728, 36, 32, True),
         "qwen3-8b": _qwen3("qwen3-8b", 4096, 12288, 36, 32, False),
         "qwen3-14b": _qwen3("qwen3-14b", 5120, 17408, 40, 40, False),
+        # Qwen2.5-1.5B(-Instruct, -Coder-Instruct): the embedded judge's shapes.
+        "qwen2.5-1.5b": ModelConfig(
+                arch="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28,
+                num_heads=12, num_kv_heads=2, head_dim=128, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+                tie_word_embeddings=True, max_position_embeddings=32768, bos_token_id=151643,
+                eos_token_ids=(151645, 151643), name="qwen2.5-1.5b"),
         "llama-3.2-3b": ModelConfig(
                 arch="llama", vocab_size=128256, hidden_size=3072, intermediate_size=8192, num_layers=28,
                 num_heads=24, num_kv_heads=8, head_dim=128, rope_theta=500000.0,

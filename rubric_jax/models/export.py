@@ -144,7 +144,7 @@ def hf_config_dict(cfg, dtype: str = "float32") -> dict:
         rope_parameters.update(rope_scaling)
     eos = list(cfg.eos_token_ids)
     d = {
-        "architectures": ["Qwen3ForCausalLM" if cfg.arch == "qwen3" else "LlamaForCausalLM"],
+        "architectures": [{"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(cfg.arch, "LlamaForCausalLM")],
         "model_type": cfg.arch,
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,
@@ -169,7 +169,9 @@ def hf_config_dict(cfg, dtype: str = "float32") -> dict:
         "torch_dtype": dtype,
         "dtype": dtype,
     }
-    if cfg.arch == "qwen3":
+    if cfg.arch == "qwen2":
+        del d["attention_bias"]  # Qwen2's q/k/v biases are part of the architecture, not a config switch
+    if cfg.arch in ("qwen3", "qwen2"):
         d.update(use_sliding_window=False, sliding_window=None, max_window_layers=cfg.num_layers)
     else:
         d.update(mlp_bias=False, pretraining_tp=1)
@@ -202,16 +204,21 @@ def _merged_tensors(model: Transformer, np_dtype) -> list[_Tensor]:
         kernel = path[-1] == "kernel"
         n_in = 2 if path[-2] == "o_proj" else 1
         hf_shape = (math.prod(shape[n_in:]), math.prod(shape[:n_in])) if kernel else shape  # (out, in)
+        flat = path[-1] == "bias"  # ours out_shape, e.g. (N, H); HF (out,)
+        if flat:
+            hf_shape = (math.prod(shape),)
 
         for li, name in enumerate(names):
-            def produce(var=var, lora=lora, li=(li if stacked else None), kernel=kernel, n_in=n_in):
+            def produce(var=var, lora=lora, li=(li if stacked else None), kernel=kernel, n_in=n_in, flat=flat):
                 w = var.get_value()
-                if lora is not None:
+                if lora is not None and kernel:  # an adapter changes the kernel, never the bias
                     w = w.astype(jnp.float32) + lora.delta_kernel()
                 if li is not None:
                     w = w[li]
                 if kernel:
                     w = w.reshape(math.prod(w.shape[:n_in]), -1).T
+                elif flat:
+                    w = w.reshape(-1)
                 return np.asarray(jax.device_get(w.astype(np_dtype)))
 
             out.append((name, hf_shape, produce))

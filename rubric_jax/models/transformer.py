@@ -1,4 +1,4 @@
-"""Qwen3 / Llama decoder in Flax NNX.
+"""Qwen3 / Qwen2 / Llama decoder in Flax NNX.
 
 One forward serves every caller:
   training            tokens (B, T), no cache                      -> logits (B, T, V)
@@ -117,19 +117,25 @@ def _write(buf, kv, which: int, index):
 
 
 class Linear(nnx.Module):
-    """y = x @ W with W of shape in_shape + out_shape; contracts the trailing len(in_shape) dims of x."""
+    """y = x @ W (+ b) with W of shape in_shape + out_shape; contracts the trailing len(in_shape) dims of x.
 
-    def __init__(self, in_shape, out_shape, axes, *, dtype, rngs: nnx.Rngs):
+    The bias (Qwen2's q/k/v projections) has shape out_shape and shards like the kernel's output axes."""
+
+    def __init__(self, in_shape, out_shape, axes, *, dtype, rngs: nnx.Rngs, bias: bool = False):
         self.in_shape, self.out_shape = tuple(in_shape), tuple(out_shape)
         fan_in = math.prod(self.in_shape)
         init = jax.random.normal(rngs.params(), self.in_shape + self.out_shape, jnp.float32)
         self.kernel = nnx.Param((init / math.sqrt(fan_in)).astype(dtype), axes=tuple(axes))
+        self.bias = (nnx.Param(jnp.zeros(self.out_shape, dtype), axes=tuple(axes[len(self.in_shape):]))
+                     if bias else None)
 
     def __call__(self, x):
         w = self.kernel[...]
         lead = x.shape[: x.ndim - len(self.in_shape)]
         y = jnp.dot(x.reshape(*lead, -1).astype(w.dtype), w.reshape(math.prod(self.in_shape), -1),
                     preferred_element_type=jnp.float32)
+        if self.bias is not None:  # added to the f32 accumulator: one rounding to the weights' dtype
+            y = y + self.bias[...].astype(jnp.float32).reshape(-1)
         return y.astype(w.dtype).reshape(*lead, *self.out_shape)
 
 
@@ -264,9 +270,10 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, dtype, rngs: nnx.Rngs):
         d, n, k, h = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.qk_norm = cfg.qk_norm
-        self.q_proj = Linear((d,), (n, h), ("embed", "heads", "head_dim"), dtype=dtype, rngs=rngs)
-        self.k_proj = Linear((d,), (k, h), ("embed", "kv_heads", "head_dim"), dtype=dtype, rngs=rngs)
-        self.v_proj = Linear((d,), (k, h), ("embed", "kv_heads", "head_dim"), dtype=dtype, rngs=rngs)
+        bias = cfg.qkv_bias
+        self.q_proj = Linear((d,), (n, h), ("embed", "heads", "head_dim"), dtype=dtype, rngs=rngs, bias=bias)
+        self.k_proj = Linear((d,), (k, h), ("embed", "kv_heads", "head_dim"), dtype=dtype, rngs=rngs, bias=bias)
+        self.v_proj = Linear((d,), (k, h), ("embed", "kv_heads", "head_dim"), dtype=dtype, rngs=rngs, bias=bias)
         self.o_proj = Linear((n, h), (d,), ("heads", "head_dim", "embed"), dtype=dtype, rngs=rngs)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), dtype=dtype)

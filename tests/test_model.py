@@ -272,6 +272,8 @@ def test_a_directorys_tokenizer_equals_transformers_autotokenizer(tiny_qwen3):
             chat, tokenize=False, add_generation_prompt=gen, enable_thinking=False)
     assert ours.eos_ids[0] == auto.eos_token_id and ours.pad_id == auto.pad_token_id
     assert ours.vocab_size == len(auto) and ours.hf.all_special_ids == auto.all_special_ids
+    # Only special tokens end a sequence: "</s>" is ordinary text in Qwen's vocabulary (one BPE token).
+    assert ours.eos_ids == (151645, 151643) and ours.decode([128247]) == "</s>"
 
 
 @pytest.mark.slow

@@ -24,13 +24,14 @@ class Tokenizer:
     def __init__(self, hf_tokenizer, name: str = ""):
         self.hf = hf_tokenizer
         self.name = name
-        vocab = hf_tokenizer.get_vocab()
+        # Only added (special) tokens end a sequence: Qwen's BPE vocabulary also holds "</s>" as ordinary text.
+        special = hf_tokenizer.get_added_vocab()
         eos = []
         if hf_tokenizer.eos_token_id is not None:
             eos.append(int(hf_tokenizer.eos_token_id))
         for tok in _EOS_CANDIDATES:
-            if tok in vocab and vocab[tok] not in eos:
-                eos.append(int(vocab[tok]))
+            if tok in special and special[tok] not in eos:
+                eos.append(int(special[tok]))
         if not eos:
             raise ValueError(f"tokenizer {name!r} defines no end-of-sequence token")
         self.eos_ids: tuple[int, ...] = tuple(eos)

@@ -4,6 +4,12 @@
   python -m rubric_jax.main --config=configs/rcrl.py --workdir=/tmp/rcrl --config.model=/ckpt/Qwen3-4B
   python -m rubric_jax.main --config=configs/rcrl.py:tiny --workdir=/tmp/rcrl_tiny     # CPU smoke run
 
+The paper's policy judges itself (its frozen base; the default). A small policy that reads rubrics poorly can be
+judged by another frozen model instead, loaded beside it with its own tokenizer (--config.judge.dtype sets its
+weights' dtype; docs/method.md, "A judge apart from the policy"), e.g. the smoke run's SmolLM2 judged by Qwen2.5:
+  python -m rubric_jax.main --config=configs/rcrl.py:tiny --workdir=/tmp/rcrl_judged \
+      --config.judge.model=qwen2.5-coder-1.5b-instruct
+
 One optimizer step sees Table 6's 8 completions: 1 prompt x 8 rollouts, in 4 accumulated micro-batches of 2
 (TRL, the paper's trainer, counts its batch sizes in completions), so 1300 steps pass about 6.5 times over the
 200 prompts. For 8 prompts x 8 rollouts per step instead add --config.prompts_per_step=8

@@ -70,7 +70,12 @@ def base_config() -> ml_collections.ConfigDict:
         kl_coef=0.0, kl_kind="k3",
         num_iterations=1, micro_batch_size=2, max_bad_steps=5))  # 8 completions = 4 x 2
     # mode: sign (default: discrete verdicts from the order-averaged preference) | logit | hard | generate
-    c.judge = ml_collections.ConfigDict(dict(mode="sign", pairing="all", max_response_tokens=1024))
+    # model: "" = self-judging, the papers' setting (the policy's frozen base and tokenizer, no second copy); else
+    # a checkpoint (dir / .gguf / embedded name) loaded frozen beside the policy, with its own tokenizer, for every
+    # judge of the run (the reward judge, the pacing judge, RARE's scorer, RLMR's verifier; docs/method.md)
+    # dtype: that model's weights ("" = config.dtype)
+    c.judge = ml_collections.ConfigDict(dict(mode="sign", pairing="all", max_response_tokens=1024, model="",
+                                             dtype=""))
     c.reward = ml_collections.ConfigDict(dict(
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,

@@ -58,8 +58,10 @@ class RareRuntime:
         return getattr(self.scorer, "judge", None)
 
 
-def build(config, model, tokenizer, judge_model_id: str, default_rubric, records) -> RareRuntime:
-    """The store, the scorer (the frozen base through our judge engine) and the criterion writer."""
+def build(config, model, tokenizer, judge_model_id: str, default_rubric, records, *, judge=None) -> RareRuntime:
+    """The store, the scorer (our judge engine on `judge`, a (model, tokenizer) pair, default the frozen base
+    `model` with `tokenizer`) and the criterion writer (the frozen base: config.judge.model moves the judging
+    only; rare.writer=openai:... moves the writing)."""
     rc = config.rare
     if rc.level not in LEVELS:
         raise ValueError(f"rare.level must be one of {LEVELS}, got {rc.level!r}")
@@ -69,7 +71,7 @@ def build(config, model, tokenizer, judge_model_id: str, default_rubric, records
     store = RubricStore(default_rubric, config.rubric_source)
     for r in records:  # every record's first rubric loads now: a bad rubric fails before training starts
         store.initial(r)
-    scorer = make_scorer(config, model, tokenizer, judge_model_id)
+    scorer = make_scorer(config, *(judge or (model, tokenizer)), judge_model_id)
     write = None
     if rc.level != "static":
         write = make_writer(rc, model, tokenizer, seed=config.seed)
@@ -89,8 +91,8 @@ def build(config, model, tokenizer, judge_model_id: str, default_rubric, records
 
 
 def make_scorer(config, model, tokenizer, judge_model_id: str):
-    """The training judge for integer scores: "local" (our judge engine on the frozen base, hard or generate
-    readout with one sampled retry) or "openai:MODEL@BASE_URL"."""
+    """The training judge for integer scores: "local" (our judge engine on `model`, the run's judge model, hard
+    or generate readout with one sampled retry) or "openai:MODEL@BASE_URL"."""
     rc = config.rare
     if rc.judge.startswith("openai:"):
         from rubric_jax.rare.remote_scoring import RemoteScorer

@@ -1,15 +1,16 @@
 """What a training run holds besides its step counter, and how `build` makes it from a config.
 
 `build(config)` loads the model and tokenizer, wraps the policy with LoRA (or trains every weight), makes the
-optimizer, the judge, the data iterator, the run's shape plan and each method's runtime (RARE, RLMR,
-per-prompt rubrics). Everything that can be rejected from the config alone is checked before the model loads
-(`rubric_jax.rl.validate`).
+optimizer, the judge (on the policy's frozen base, or on `config.judge.model` loaded beside it: `load_judge`),
+the data iterator, the run's shape plan and each method's runtime (RARE, RLMR, per-prompt rubrics). Everything
+that can be rejected from the config alone is checked before the model loads (`rubric_jax.rl.validate`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any
 
 import jax
@@ -19,7 +20,7 @@ from flax import nnx
 from rubric_jax.data import PromptDataset, load_jsonl
 from rubric_jax.judge import Judge, JudgeConfig
 from rubric_jax.judge.pairings import num_swiss_rounds, pairs_for
-from rubric_jax.models.loading import load_model
+from rubric_jax.models.loading import load_model, resolve_checkpoint
 from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
@@ -44,7 +45,7 @@ class Setup:
 
     config: Any
     tokenizer: Any
-    base: Any  # frozen base model (judge, reference)
+    base: Any  # frozen base model (reference; the judge's too unless config.judge.model is set)
     policy: Policy
     judge: Judge
     criteria: list
@@ -68,6 +69,15 @@ class Setup:
     entropy_head: list = dataclasses.field(default_factory=list)
     pacing: pacing_phase.PacingRuntime | None = None  # reward.pacing="auto": held-out readings, arrivals
     pacing_judge: Judge | None = None
+    # What every judge of the run reads (`load_judge`): base_local and the policy's tokenizer when self-judging,
+    # else config.judge.model and its own tokenizer (frozen: no adapters, no optimizer state, never trained).
+    judge_model: Any = None
+    judge_tokenizer: Any = None
+
+    @property
+    def judge_apart(self) -> bool:
+        """Whether the judges read a model other than the policy's base (config.judge.model)."""
+        return self.judge_model is not None and self.judge_model is not self.base_local
 
     def set_exploration(self, seed: int) -> None:
         self.exploration_seed = int(seed)
@@ -146,7 +156,8 @@ def build(config) -> Setup:
     # Sampling, judging and bonuses run on this process' devices only (rubric_jax.rl.hosts).
     base_graph, base_state = nnx.split(base)
     base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
-    judge = Judge(base_local, tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
+    judge_model, judge_tokenizer = load_judge(config, name, base_local, tokenizer, hosts)
+    judge = Judge(judge_model, judge_tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
                   max_response_tokens=config.judge.max_response_tokens)
     reward_cfg = RewardConfig(**config.reward.to_dict())
     per_prompt = config.rubric_source != "config"
@@ -177,35 +188,72 @@ def build(config) -> Setup:
                              width=config.prompt_width)
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
-    hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records)), "the run's settings")
+    hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records), judge.model_id),
+               "the run's settings")
     rare = store = rlmr = writing_cfg = None
     if reward_cfg.judging == "rlmr":
         rlmr = rlmr_phase.build(config, judge, dataset.records)
         writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute",
                                           verifier_flip=0.0)  # the writing judge's settings; flips are RLMR's
     if reward_cfg.judging == "rare":
-        rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records)
+        rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records,
+                                judge=(judge_model, judge_tokenizer))
     elif per_prompt:
         store = RubricStore(default_rubric, config.rubric_source)
         for r in dataset.records:  # every record's rubric loads now: a bad one fails before training starts
             store.initial(r)
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
-                  base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()))
+                  base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()),
+                  judge_model=judge_model, judge_tokenizer=judge_tokenizer)
     if reward_cfg.pacing != "fixed":
         hosts.same([r.id for r in heldout.records], "the pacing held-out prompts")
         setup.pacing = pacing_phase.build(
             pacing_cfg, heldout, criteria, tokenizer, max_new_tokens=config.max_completion_len, alpha=reward_cfg.alpha,
             mode=reward_cfg.weighting, encode=lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0],
             fixed_interval=reward_cfg.interval if reward_cfg.pacing == "monitor" else 0)
-        # its own judge (same weights, no copy): its 2-response groups would otherwise take compiled shapes
-        # from the training judge's budget. A reading averages win rates over prompts, so it reads soft
-        # verdicts (logit) unless the training judge generates: discrete ones only add noise to a mean.
+        # its own judge (the training judge's weights, no copy): its 2-response groups would otherwise take
+        # compiled shapes from the training judge's budget. A reading averages win rates over prompts, so it reads
+        # soft verdicts (logit) unless the training judge generates: discrete ones only add noise to a mean.
         pacing_mode = "generate" if config.judge.mode == "generate" else "logit"
-        setup.pacing_judge = Judge(base_local, tokenizer, JudgeConfig(mode=pacing_mode, pairing="all"),
+        setup.pacing_judge = Judge(judge_model, judge_tokenizer, JudgeConfig(mode=pacing_mode, pairing="all"),
                                    max_response_tokens=config.judge.max_response_tokens)
     if reward_cfg.exploration_coef:
         setup.set_exploration(config.seed)
     return setup
+
+
+def load_judge(config, name: str, base_local, tokenizer, hosts: Hosts):
+    """(model, tokenizer) that every judge of the run reads.
+
+    config.judge.model = "" (self-judging, as in the papers): the policy's frozen base on this process' devices
+    and the policy's tokenizer, the very arrays the reference reads (nothing loaded). Otherwise that checkpoint,
+    frozen, in judge.dtype (default config.dtype), with its own tokenizer: completions reach the judge as text,
+    which it encodes itself, so any vocabulary works. A judge.model that names the policy's own checkpoint in
+    the same dtype and tokenizer is the self-judge (no second copy of the same weights)."""
+    jc = config.judge
+    if not jc.model:
+        return base_local, tokenizer
+    dtype = jnp.dtype(jc.dtype or config.dtype)
+    if (dtype == jnp.dtype(config.dtype) and config.tokenizer in ("", jc.model)
+            and _same_checkpoint(jc.model, name)):
+        log.info("judge.model=%r is the policy's own checkpoint: judging with its frozen base (no second copy)",
+                 jc.model)
+        return base_local, tokenizer
+    # Judging runs on each process' own devices (rubric_jax.rl.hosts), so the judge is loaded straight onto this
+    # process' sub-mesh (no mesh on one device): every process reads the file and keeps a whole copy, laid out
+    # like base_local over its own fsdp/tensor devices, and no judge program spans hosts.
+    model = load_model(jc.model, dtype=dtype, mesh=hosts.local_mesh, **config.forward.to_dict())
+    return model, load_tokenizer(jc.model)
+
+
+def _same_checkpoint(a: str, b: str) -> bool:
+    return os.path.realpath(resolve_checkpoint(a)) == os.path.realpath(resolve_checkpoint(b))
+
+
+def judge_record(setup: Setup) -> dict:
+    """What the checkpoint's meta keeps of the judge: the config's judge.model ("" = the policy) and the
+    weights' fingerprint, so a resume with another judge (a reward that changed mid-run) can say so."""
+    return {"model": setup.config.judge.model, "id": setup.judge.model_id}
 
 
 def select_tasks(records, tasks: str, source: str):
@@ -258,6 +306,7 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
              f"{jax.process_count()} process(es)",
              f"model {_model_name_quiet(cfg)}: {params / 1e6:.1f}M parameters, training {trained / 1e6:.2f}M "
              f"({cfg.finetune})",
+             judge_line(setup),
              f"per step: {cfg.prompts_per_step} prompt(s) x {cfg.group_size} rollouts = {rollouts} completions of "
              f"<= {cfg.max_completion_len} tokens (<= {tokens} sampled tokens), micro-batches of "
              f"{cfg.loss.micro_batch_size}"]
@@ -278,12 +327,35 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
     elif judging == "rare":
         lines.append(f"judge per step: {rollouts} responses x each prompt's criteria ({cfg.rare.score_mode} mode)")
     warning = None
-    if jax.default_backend() == "cpu" and (tokens > CPU_TOKENS_PER_STEP or params > CPU_PARAMS):
+    judge_params = _params(setup.judge_model)[0] if setup.judge_apart else 0
+    if jax.default_backend() == "cpu" and (tokens > CPU_TOKENS_PER_STEP or max(params, judge_params) > CPU_PARAMS):
         warning = (f"this config samples up to {tokens} tokens per step with a {params / 1e6:.0f}M-parameter model "
-                   f"on CPU: expect many minutes per step (progress lines follow inside each step). For a smoke "
-                   f"run use the config's :tiny variant; for the real run use a GPU or TPU host.")
+                   + (f"and judges with a {judge_params / 1e6:.0f}M-parameter one " if judge_params else "")
+                   + "on CPU: expect many minutes per step (progress lines follow inside each step). For a smoke "
+                   "run use the config's :tiny variant; for the real run use a GPU or TPU host.")
     return lines, warning
 
 
 def _model_name_quiet(config) -> str:
     return config.model or DEFAULT_MODEL
+
+
+def _params(model) -> tuple[int, int, str]:
+    """(parameter count, bytes, dtype names) of a model's weights."""
+    leaves = jax.tree.leaves(nnx.state(model, nnx.Param))
+    return (sum(int(x.size) for x in leaves), sum(int(x.nbytes) for x in leaves),
+            "/".join(sorted({jnp.dtype(x.dtype).name for x in leaves})))
+
+
+def judge_line(setup: Setup) -> str:
+    """The start-up line that says which model judges (the rewards, pacing, RARE's scores, RLMR's verifier)."""
+    cfg = setup.config
+    if setup.judge_apart:
+        n, nbytes, dtypes = _params(setup.judge_model)
+        line = (f"judge: {cfg.judge.model} ({setup.judge_model.cfg.arch}, {n / 1e6:.1f}M parameters, {dtypes}, "
+                f"{nbytes / 2 ** 20:.1f} MiB of weights, its own tokenizer)")
+    else:
+        line = f"judge: the policy's frozen base ({_model_name_quiet(cfg)}, self-judging: no second copy)"
+    if cfg.reward.judging == "rare" and cfg.rare.judge.startswith("openai:"):
+        line += f"; RARE's scores come from {cfg.rare.judge} (rare.judge)"
+    return line

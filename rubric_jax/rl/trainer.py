@@ -32,8 +32,8 @@ from rubric_jax.rl.policy import Policy, RolloutBatch
 from rubric_jax.rl.profiling import maybe_profile
 from rubric_jax.rl.reward import (exploration_bonuses, judge_metrics, judge_rewards, judge_rewards_per_prompt,
                                   per_prompt_metrics, step_weights, usefulness_bonuses)
-from rubric_jax.rl.setup import (DEFAULT_MODEL, Setup, build, encode_prompt, parse_mesh, run_summary,  # noqa: F401
-                                 select_tasks)
+from rubric_jax.rl.setup import (DEFAULT_MODEL, Setup, build, encode_prompt, judge_record, parse_mesh,  # noqa: F401
+                                 run_summary, select_tasks)
 from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
                                   padding_metrics)
 from rubric_jax.rl.workdir import STATE_KEYS
@@ -77,8 +77,19 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     if setup.exploration_proj is not None and "exploration_seed" in meta:
         setup.set_exploration(meta["exploration_seed"])
     setup.entropy_head = list(meta.get("entropy_head", []))
+    _check_judge(meta.get("judge"), judge_record(setup), f"checkpoint {step} in {ckpt.directory}")
     log.info("resumed from %s at step %d", ckpt.directory, step)
     return step
+
+
+def _check_judge(saved: dict | None, now: dict, where: str) -> None:
+    """A resume whose judge differs from the one the checkpoint's steps were rewarded by (another judge.model,
+    dtype or checkpoint) goes on, since nothing saved depends on the judge, but says so: the reward changed
+    mid-run. Checkpoints from before the judge was recorded have nothing to compare."""
+    if saved and saved.get("id") != now["id"]:
+        log.warning("%s was rewarded by judge %s (judge.model=%r) and this run judges with %s (judge.model=%r): "
+                    "the reward changes from here on", where, saved.get("id"), saved.get("model", ""), now["id"],
+                    now["model"])
 
 
 def rollout_batch(out, adv_b: np.ndarray, shapes: ShapePlan | None = None, pad_id: int = 0,
@@ -437,12 +448,13 @@ def _rare_state(setup: Setup) -> dict | None:
 
 
 def _meta(setup: Setup, done: int, data_state: dict, rare_state: dict | None = None, pacing_state=None) -> dict:
-    """The checkpoint's JSON dict; each feature adds its own keys (RARE: "rubrics", the rubric store, and its
-    level's state: "evidence" or "rler"; full fine-tuning: "finetune"; the exploration bonus: "exploration_seed";
-    auto pacing: "pacing", its decision state and base answers; "entropy_head": the first steps' entropy).
+    """The checkpoint's JSON dict ("judge": which model rewarded the steps); each feature adds its own keys
+    (RARE: "rubrics", the rubric store, and its level's state: "evidence" or "rler"; full fine-tuning:
+    "finetune"; the exploration bonus: "exploration_seed"; auto pacing: "pacing", its decision state and base
+    answers; "entropy_head": the first steps' entropy).
     `pacing_state`: a pacing snapshot from before an interrupted step (default the current state)."""
     meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
-            "criteria": [c.id for c in setup.criteria]}
+            "criteria": [c.id for c in setup.criteria], "judge": judge_record(setup)}
     meta.update(rare_state or {})
     if setup.exploration_seed is not None:
         meta["exploration_seed"] = setup.exploration_seed

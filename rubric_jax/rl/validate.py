@@ -110,6 +110,7 @@ def check(config) -> None:
     _choice(config, "forward.attention", ATTENTIONS)
     _int(config, "forward.attention_chunk", 1)
     _int(config, "judge.max_response_tokens", 1)
+    _judge_model(config)
     _int(config, "checkpoint.every", 1)
     _int(config, "checkpoint.keep", 1)
     _mesh(config.mesh)
@@ -118,6 +119,31 @@ def check(config) -> None:
         from rubric_jax.data.jsonl import BUNDLED  # noqa: PLC0415
         if config.data.path not in BUNDLED:
             _fail("data.path", config.data.path, f"no such file, and not a bundled set {tuple(BUNDLED)}")
+
+
+def _judge_model(config) -> None:
+    """judge.model names a checkpoint the loaders can open (or is "", self-judging); judge.dtype a dtype, and
+    only where there is a second model to hold in it."""
+    _choice(config, "judge.dtype", ("",) + DTYPES)
+    name = config.judge.model
+    if not name:
+        if config.judge.dtype not in ("", config.dtype):
+            _fail("judge.dtype", config.judge.dtype, f"the self-judge (judge.model='') reads the policy's own base "
+                                                     f"weights, in config.dtype={config.dtype!r}; give a judge.model "
+                                                     f"to judge in another dtype, or leave judge.dtype empty")
+        return
+    if not isinstance(name, str):
+        _fail("judge.model", name, "must be a checkpoint path or an embedded model name ('' = the policy)")
+    if os.path.exists(name):
+        if not (os.path.isdir(name) or name.endswith(".gguf")):
+            _fail("judge.model", name, "a file that is not a .gguf checkpoint (give a Hugging Face checkpoint "
+                                       "directory, a .gguf file or an embedded model name)")
+        return
+    # the loaders' own table of embedded names (imported here: the module loads JAX)
+    from rubric_jax.models.loading import _ALIASES, EMBEDDED  # noqa: PLC0415
+    if _ALIASES.get(name.lower(), name.lower()) not in EMBEDDED:
+        _fail("judge.model", name, f"no such checkpoint path, and not an embedded model name "
+                                   f"{tuple(sorted(EMBEDDED) + sorted(_ALIASES))} ('' = the policy judges itself)")
 
 
 def _mesh(spec: str) -> None:

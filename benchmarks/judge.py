@@ -1,4 +1,4 @@
-"""Judge throughput on the embedded SmolLM2 (a benchmark, not a test).
+"""Judge throughput on an embedded model (a benchmark, not a test; default SmolLM2).
 
 G responses of R tokens to a P-token prompt, C criteria (the creative-writing rubric), all pairs in
 both orders: G (G - 1) C pairwise judgments. Pairwise judgments per second for
@@ -10,6 +10,9 @@ both orders: G (G - 1) C pairwise judgments. Pairwise judgments per second for
              judgment (what a framework calling a judge server does)
   (d) hf     the peer: transformers' generate writing a 16-token verdict for the same judgment
              sequences (greedy, left-padded batches of --hf_batch, torch threads = cores)
+  (e) hff    the peer of a logit judge: transformers' forward over the same judgment sequences (all G
+             responses), the two verdict labels read at the last position, in the run's dtype; the
+             verdicts of (a) and (e) are compared (max |p_first difference|)
 
 Each variant runs once to compile, then is timed (`--repeat` runs, best kept); the judgment cache is
 off. (b) and (c) are timed on the first `--baseline_g` responses (all their ordered pairs, all
@@ -18,6 +21,8 @@ many minutes. Prints a table with ratios, writes JSON (--out), and with --profil
 jax.profiler trace of one (a) pass.
 
     python benchmarks/judge.py --out /tmp/judge_bench.json
+    python benchmarks/judge.py --model=qwen2.5-coder-1.5b-instruct --g=4 --criteria=2 --skip=none,gen,hf \
+        [--dtype=bfloat16] --out /tmp/judge_bench_1p5b.json     # the 1.5B judge against transformers' forward
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 from rubric_jax import load_model, load_tokenizer  # noqa: E402
 from rubric_jax.judge import Judge  # noqa: E402
@@ -81,19 +87,10 @@ def timed(fn, repeat: int):
 def time_hf(args, tok, prompt, responses, crits):
     """transformers generating a verdict of gen_tokens tokens for every ordered pair and criterion."""
     import torch
-    import transformers
 
     from rubric_jax.judge.prompts import PromptBuilder
-    from rubric_jax.models.loading import resolve_checkpoint
 
-    torch.set_num_threads(os.cpu_count() or 1)
-    path = resolve_checkpoint(args.model)
-    if path.endswith(".gguf"):
-        hf = transformers.AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                                               dtype=torch.float32)
-    else:
-        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    hf = hf.eval()
+    hf = _hf_model(args)
     pb = PromptBuilder(tok)
     p_ids = list(tok.encode(prompt))
     r_ids = [list(tok.encode(r))[: args.response_tokens] for r in responses]
@@ -118,6 +115,62 @@ def time_hf(args, tok, prompt, responses, crits):
                 g=g, batch=args.hf_batch, gen_tokens=args.gen_tokens)
 
 
+def _hf_model(args):
+    import torch
+    import transformers
+
+    from rubric_jax.models.loading import resolve_checkpoint
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
+    path = resolve_checkpoint(args.model)
+    if path.endswith(".gguf"):
+        hf = transformers.AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
+                                                               dtype=dtype)
+    else:
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return hf.eval()
+
+
+def time_hf_forward(args, tok, prompt, responses, crits):
+    """The peer of (a) for a judge read by its logits: transformers' forward over every judgment's whole
+    sequence (the same tokens our engine scores, no sharing), the two verdict labels read at its last position.
+    Returns the timing row and p_first (G, G, C) to check that both read the same verdicts."""
+    import torch
+
+    from rubric_jax.judge.prompts import PromptBuilder
+
+    hf = _hf_model(args)
+    pb = PromptBuilder(tok)
+    labels = list(pb.label_ids)
+    p_ids = list(tok.encode(prompt))
+    r_ids = [list(tok.encode(r))[: args.response_tokens] for r in responses]
+    g = len(responses)
+    keys = [(a, b, ci) for a in range(g) for b in range(g) if a != b for ci in range(len(crits))]
+    seqs = [list(pb.head("pair", p_ids, r_ids[a])) + list(pb.body(r_ids[b])) + list(pb.suffix("pair", crits[ci]))
+            for a, b, ci in keys]
+    pad = tok.pad_id
+    p_first = np.full((g, g, len(crits)), np.nan)
+
+    def run():
+        for lo in range(0, len(seqs), args.hf_batch):
+            chunk = seqs[lo:lo + args.hf_batch]
+            t = max(map(len, chunk))
+            ids = torch.tensor([[pad] * (t - len(s)) + s for s in chunk])
+            am = torch.tensor([[0] * (t - len(s)) + [1] * len(s) for s in chunk])
+            pos = (am.cumsum(-1) - 1).clamp(min=0)
+            with torch.no_grad():
+                last = hf(input_ids=ids, attention_mask=am, position_ids=pos, logits_to_keep=1).logits[:, -1]
+            two = torch.softmax(last[:, labels].float(), -1)[:, 0].numpy()
+            for k, v in zip(keys[lo:lo + len(chunk)], two):
+                p_first[k] = v
+
+    secs, cpu = timed(run, args.repeat)
+    n = len(seqs)
+    return dict(judgments=n, seconds=secs, judgments_per_s=n / secs, cpu_seconds=cpu, judgments_per_cpu_s=n / cpu,
+                g=g, batch=args.hf_batch, tokens=sum(map(len, seqs))), p_first
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -129,7 +182,7 @@ def main(argv=None):
     ap.add_argument("--gen_tokens", type=int, default=16)
     ap.add_argument("--baseline_g", type=int, default=3, help="responses used to time (b) and (c)")
     ap.add_argument("--full", action="store_true", help="time (b) and (c) on all G responses too")
-    ap.add_argument("--skip", default="", help="comma list of variants to skip: tree,none,gen,hf")
+    ap.add_argument("--skip", default="", help="comma list of variants to skip: tree,none,gen,hf,hff")
     ap.add_argument("--hf_batch", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--tokens_per_call", type=int, default=0)
@@ -183,18 +236,29 @@ def main(argv=None):
         run_variant("gen", Judge(model, tok, mode="generate", gen_max_new_tokens=args.gen_tokens, gen_ignore_eos=True,
                                  gen_batch=n_gen, **common), bg)
 
+    if "hff" not in skip:
+        # on all G responses, like (a): the two must read the same verdicts on the same sequences
+        rows["hff"], hf_p_first = time_hf_forward(args, tok, prompt, responses, crits)
+        r = rows["hff"]
+        print(f"  hff   {r['judgments']:5d} judgments  {r['seconds']:8.2f}s (cpu {r['cpu_seconds']:8.2f}s)  "
+              f"{r['judgments_per_s']:9.2f} judg/s", flush=True)
+        if "tree" not in skip:
+            ours = ja.pairwise(prompt, responses, crits, mode="logit").p_first
+            r["max_abs_p_first_diff_vs_a"] = float(np.nanmax(np.abs(ours - hf_p_first)))
+            print(f"  (a) and hff read the same verdicts: max |p_first difference| {r['max_abs_p_first_diff_vs_a']:.2e}")
     if "hf" not in skip:
         rows["hf"] = time_hf(args, tok, prompt, responses[:bg], crits)
         r = rows["hf"]
         print(f"  hf    {r['judgments']:5d} judgments  {r['seconds']:8.2f}s (cpu {r['cpu_seconds']:8.2f}s)  "
               f"{r['judgments_per_s']:9.2f} judg/s", flush=True)
 
-    print(f"\nSmolLM2 judge, G={g}, response {args.response_tokens} tok, prompt {args.prompt_tokens} tok, C={c}, "
+    print(f"\n{args.model} judge, G={g}, response {args.response_tokens} tok, prompt {args.prompt_tokens} tok, C={c}, "
           f"all pairs x both orders, {jax.default_backend()} {args.dtype}")
     print(f"{'variant':34s} {'judgments':>9s} {'seconds':>9s} {'judg/s':>9s} {'a / x':>7s} "
           f"{'cpu s':>9s} {'judg/cpu s':>10s} {'a / x':>7s}")
     names = {"tree": "(a) prefix-shared logit judge", "none": "(b) no prefix sharing",
-             "gen": f"(c) generate {args.gen_tokens} tok then parse", "hf": f"(d) transformers generate {args.gen_tokens}"}
+             "gen": f"(c) generate {args.gen_tokens} tok then parse", "hf": f"(d) transformers generate {args.gen_tokens}",
+             "hff": "(e) transformers forward, labels read"}
     a_rate = rows.get("tree", {}).get("judgments_per_s")
     a_cpu = rows.get("tree", {}).get("judgments_per_cpu_s")
     for key, label in names.items():
@@ -206,13 +270,13 @@ def main(argv=None):
         print(f"{label:34s} {r['judgments']:9d} {r['seconds']:9.2f} {r['judgments_per_s']:9.2f} {ratio:6.1f}x "
               f"{r['cpu_seconds']:9.2f} {r['judgments_per_cpu_s']:10.2f} {ratio_cpu:6.1f}x")
     summary = {}
-    for key, tag in (("none", "b"), ("gen", "c"), ("hf", "d")):
+    for key, tag in (("none", "b"), ("gen", "c"), ("hf", "d"), ("hff", "e")):
         if a_rate and key in rows:
             summary[f"a_over_{tag}"] = a_rate / rows[key]["judgments_per_s"]
             summary[f"a_over_{tag}_cpu"] = a_cpu / rows[key]["judgments_per_cpu_s"]
     if "gen" in rows and "hf" in rows:
         summary["c_over_d"] = rows["gen"]["judgments_per_s"] / rows["hf"]["judgments_per_s"]
-    print("targets: a/b >= 3x, a/d >= 10x (c/d reported);", {k: round(v, 2) for k, v in summary.items()})
+    print("targets: a/b >= 3x, a/d >= 10x, a/e >= 1x (c/d reported);", {k: round(v, 2) for k, v in summary.items()})
     if args.out:
         out = dict(config=vars(args), backend=jax.default_backend(), device=str(jax.devices()[0]),
                    machine=platform.machine(), rows=rows, summary=summary)

@@ -187,34 +187,58 @@ def revising_writer(requests):
     return outs
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("crash_step", [2, 3])
-def test_trainer_revises_the_shared_rubric_and_survives_a_kill(crash_step, tiny_qwen3, tmp_path, monkeypatch):
-    """rare_task:tiny's schedule (4 steps, 4 queries a step, one revision after step 2) with a scripted judge
-    and writer: the revision sees 12 queries, applies from step 3, and a run killed in step 2 (evidence of
-    steps 0-1 from the checkpoint) or step 3 (the state after the revision, saved by the crash) ends exactly
-    like an uninterrupted one."""
-    from rubric_jax.rl import rare_phase, trainer
-    from rubric_jax.rl.checkpoint import Checkpointer
-    from rubric_jax.rl.metrics import read_metrics
-    from test_trainer import _tiny_run_config, kill_then_resume
-
-    scorers = []
+def _scripted(mp, scorers):
+    """The trainer's RARE phase with the scripted judge (each SharedScorer appended to `scorers`) and writer."""
+    from rubric_jax.rl import rare_phase
 
     def make_scorer(judge, retry, mode):
         scorers.append(SharedScorer(judge))
         return scorers[-1]
 
-    monkeypatch.setattr(rare_phase, "LocalScorer", make_scorer)
-    monkeypatch.setattr(rare_phase, "make_writer", lambda rc, model, tok, seed: revising_writer)
-    cfg = lambda: _tiny_run_config("rare_task", tiny_qwen3[0], steps=4,  # noqa: E731
-                                   **{"checkpoint.every": 2 if crash_step == 3 else 1})
-    straight, resumed = str(tmp_path / "a"), str(tmp_path / "b")
-    trainer.train(cfg(), straight)
+    mp.setattr(rare_phase, "LocalScorer", make_scorer)
+    mp.setattr(rare_phase, "make_writer", lambda rc, model, tok, seed: revising_writer)
+
+
+def _revision_run_config(ckpt, every):
+    from test_trainer import _tiny_run_config
+
+    return _tiny_run_config("rare_task", ckpt, steps=4, **{"checkpoint.every": every})
+
+
+@pytest.fixture(scope="module")
+def straight_revision_run(tiny_qwen3, tmp_path_factory):
+    """The uninterrupted run that both kill-and-resume cases must end exactly like, run once for the module
+    (saving every step; how often a run saves does not change what it trains, so the case that saves every 2
+    steps must still match it). Returns (workdir, the checks per group its scripted scorer saw)."""
+    from rubric_jax.rl import trainer
+
+    scorers, straight = [], str(tmp_path_factory.mktemp("straight_revision_run"))
+    with pytest.MonkeyPatch.context() as mp:
+        _scripted(mp, scorers)
+        trainer.train(_revision_run_config(tiny_qwen3[0], 1), straight)
+    return straight, scorers[-1].seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_step", [2, 3])
+def test_trainer_revises_the_shared_rubric_and_survives_a_kill(crash_step, straight_revision_run, tiny_qwen3, tmp_path,
+                                                               monkeypatch):
+    """rare_task:tiny's schedule (4 steps, 4 queries a step, one revision after step 2) with a scripted judge
+    and writer: the revision sees 12 queries, applies from step 3, and a run killed in step 2 (evidence of
+    steps 0-1 from the checkpoint) or step 3 (the state after the revision, saved by the crash) ends exactly
+    like an uninterrupted one (the module's straight_revision_run)."""
+    from rubric_jax.rl import trainer
+    from rubric_jax.rl.checkpoint import Checkpointer
+    from rubric_jax.rl.metrics import read_metrics
+    from test_trainer import kill_then_resume
+
+    _scripted(monkeypatch, [])
+    cfg = lambda: _revision_run_config(tiny_qwen3[0], 2 if crash_step == 3 else 1)  # noqa: E731
+    (straight, seen), resumed = straight_revision_run, str(tmp_path / "b")
     ma = read_metrics(straight)
     assert [m.get("rare/revision_accepted") for m in ma] == [None, None, 1.0, None]
     # steps 0-2 train on the shared rubric as given, step 3 on the revision
-    per_step = [s for s in scorers[-1].seen if len(s) == 6]
+    per_step = [s for s in seen if len(s) == 6]
     assert all(not c.startswith("revised") for s in per_step[:12] for c in s)
     assert all(c.startswith("revised") and c.endswith("at 12") for s in per_step[-4:] for c in s)
     texts = [json.loads(x) for x in open(os.path.join(straight, "texts.jsonl"))]

@@ -84,6 +84,17 @@ def timed(fn, repeat: int):
     return best
 
 
+def _left_padded(seqs, batch: int, pad: int):
+    """(start index, ids, attention mask) torch batches of `batch` sequences, left-padded with `pad`."""
+    import torch
+
+    for lo in range(0, len(seqs), batch):
+        chunk = seqs[lo:lo + batch]
+        t = max(map(len, chunk))
+        yield (lo, torch.tensor([[pad] * (t - len(s)) + s for s in chunk]),
+               torch.tensor([[0] * (t - len(s)) + [1] * len(s) for s in chunk]))
+
+
 def time_hf(args, tok, prompt, responses, crits):
     """transformers generating a verdict of gen_tokens tokens for every ordered pair and criterion."""
     import torch
@@ -100,11 +111,7 @@ def time_hf(args, tok, prompt, responses, crits):
     pad = tok.pad_id
 
     def run():
-        for lo in range(0, len(seqs), args.hf_batch):
-            chunk = seqs[lo:lo + args.hf_batch]
-            t = max(map(len, chunk))
-            ids = torch.tensor([[pad] * (t - len(s)) + s for s in chunk])
-            am = torch.tensor([[0] * (t - len(s)) + [1] * len(s) for s in chunk])
+        for _, ids, am in _left_padded(seqs, args.hf_batch, pad):
             with torch.no_grad():
                 hf.generate(input_ids=ids, attention_mask=am, max_new_tokens=args.gen_tokens,
                             min_new_tokens=args.gen_tokens, do_sample=False, pad_token_id=pad)
@@ -153,16 +160,12 @@ def time_hf_forward(args, tok, prompt, responses, crits):
     p_first = np.full((g, g, len(crits)), np.nan)
 
     def run():
-        for lo in range(0, len(seqs), args.hf_batch):
-            chunk = seqs[lo:lo + args.hf_batch]
-            t = max(map(len, chunk))
-            ids = torch.tensor([[pad] * (t - len(s)) + s for s in chunk])
-            am = torch.tensor([[0] * (t - len(s)) + [1] * len(s) for s in chunk])
+        for lo, ids, am in _left_padded(seqs, args.hf_batch, pad):
             pos = (am.cumsum(-1) - 1).clamp(min=0)
             with torch.no_grad():
                 last = hf(input_ids=ids, attention_mask=am, position_ids=pos, logits_to_keep=1).logits[:, -1]
             two = torch.softmax(last[:, labels].float(), -1)[:, 0].numpy()
-            for k, v in zip(keys[lo:lo + len(chunk)], two):
+            for k, v in zip(keys[lo:lo + len(ids)], two):
                 p_first[k] = v
 
     secs, cpu = timed(run, args.repeat)
@@ -254,7 +257,7 @@ def main(argv=None):
 
     print(f"\n{args.model} judge, G={g}, response {args.response_tokens} tok, prompt {args.prompt_tokens} tok, C={c}, "
           f"all pairs x both orders, {jax.default_backend()} {args.dtype}")
-    print(f"{'variant':34s} {'judgments':>9s} {'seconds':>9s} {'judg/s':>9s} {'a / x':>7s} "
+    print(f"{'variant':38s} {'judgments':>9s} {'seconds':>9s} {'judg/s':>9s} {'a / x':>7s} "
           f"{'cpu s':>9s} {'judg/cpu s':>10s} {'a / x':>7s}")
     names = {"tree": "(a) prefix-shared logit judge", "none": "(b) no prefix sharing",
              "gen": f"(c) generate {args.gen_tokens} tok then parse", "hf": f"(d) transformers generate {args.gen_tokens}",
@@ -267,7 +270,7 @@ def main(argv=None):
         r = rows[key]
         ratio = a_rate / r["judgments_per_s"] if a_rate else float("nan")
         ratio_cpu = a_cpu / r["judgments_per_cpu_s"] if a_cpu else float("nan")
-        print(f"{label:34s} {r['judgments']:9d} {r['seconds']:9.2f} {r['judgments_per_s']:9.2f} {ratio:6.1f}x "
+        print(f"{label:38s} {r['judgments']:9d} {r['seconds']:9.2f} {r['judgments_per_s']:9.2f} {ratio:6.1f}x "
               f"{r['cpu_seconds']:9.2f} {r['judgments_per_cpu_s']:10.2f} {ratio_cpu:6.1f}x")
     summary = {}
     for key, tag in (("none", "b"), ("gen", "c"), ("hf", "d"), ("hff", "e")):

@@ -194,7 +194,8 @@ class Variant:
 # cue_pair (tuning only): 0.76 (shuffled 0.50, truncated 1.00, repeated 0.78).
 # Qwen2.5-Coder-1.5B-Instruct (tuning kinds, logit, first 12 pairs per kind): baseline 0.58 (shuffled 0.50,
 # truncated 1.00, repeated 0.25; first_win 0.85), worse_sentence 0.86 (0.83, 0.78, 0.97; first_win 0.31); on the
-# first 4 pairs per kind defects 0.44, few_shot 0.58.
+# first 4 pairs per kind defects 0.44, few_shot 0.58. Held-out kinds with worse_sentence (run once, after the
+# choice): 0.49 (off-topic 0.79, constraint-violating 0.80, close 0.09).
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("baseline", "the engine's default pairwise prompt (JudgeConfig())"),
     Variant("colon_cue", "the default before the fidelity study: answer cue 'Better response:'",

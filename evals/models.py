@@ -63,10 +63,9 @@ class Contestant:
 
 
 def _is_embedded(name: str) -> bool:
-    from rubric_jax.models.loading import _ALIASES, EMBEDDED
+    from rubric_jax.models.loading import is_embedded
 
-    key = _ALIASES.get(name.lower(), name.lower())
-    return key in EMBEDDED
+    return is_embedded(name)
 
 
 def classify(spec: str, *, base: str | None = None) -> MemberSpec:

@@ -54,6 +54,11 @@ def _package_dir(module: str, install_hint: str) -> str:
     return list(spec.submodule_search_locations)[0]
 
 
+def is_embedded(name: str) -> bool:
+    """Whether `name` (or an alias of it) is an embedded model, without locating or assembling its files."""
+    return _ALIASES.get(name.lower(), name.lower()) in EMBEDDED
+
+
 def embedded_model_path(name: str) -> str:
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in EMBEDDED:

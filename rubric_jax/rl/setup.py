@@ -296,7 +296,7 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
     """Lines printed when a run starts (backend, devices, model size, the per-step volume of rollouts and
     judgments) and a warning when the backend cannot run the config in reasonable time (None if it can)."""
     cfg = setup.config
-    params = sum(int(x.size) for x in jax.tree.leaves(nnx.state(setup.base, nnx.Param)))
+    params = _params(setup.base)[0]
     trained = sum(int(x.size) for x in jax.tree.leaves(setup.policy.trainable))
     devices = jax.devices()
     kinds = sorted({d.device_kind for d in devices})

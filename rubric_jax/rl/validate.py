@@ -140,8 +140,8 @@ def _judge_model(config) -> None:
                                        "directory, a .gguf file or an embedded model name)")
         return
     # the loaders' own table of embedded names (imported here: the module loads JAX)
-    from rubric_jax.models.loading import _ALIASES, EMBEDDED  # noqa: PLC0415
-    if _ALIASES.get(name.lower(), name.lower()) not in EMBEDDED:
+    from rubric_jax.models.loading import _ALIASES, EMBEDDED, is_embedded  # noqa: PLC0415
+    if not is_embedded(name):
         _fail("judge.model", name, f"no such checkpoint path, and not an embedded model name "
                                    f"{tuple(sorted(EMBEDDED) + sorted(_ALIASES))} ('' = the policy judges itself)")
 

@@ -3,6 +3,9 @@
 Both give, for one prompt and a list of answers, P(first wins) for each requested ordered pair (i, j) (answer i
 shown first as "A", answer j second as "B") and criterion. Verdicts are cached on disk, keyed by (judge
 fingerprint, prompt, both answers, criterion, order), so a rerun judges nothing twice.
+
+`check_judge(spec)` is what evals.run asks of every judge before any answer is generated: a remote one must
+answer one tiny chat request, a local spec must name a loadable model (no weights are read).
 """
 
 from __future__ import annotations
@@ -206,6 +209,57 @@ class RemoteJudge(_CachedJudge):
                 log.warning("remote judge: unreadable verdict for a pair; using %.2f", v)
             out[(i, j)][c] = float(v)
         return out
+
+
+class JudgeUnavailable(RuntimeError):
+    """A remote judge did not answer its test request; the message names the judge spec."""
+
+
+# The test request may wait out a 429 or a restarting server, but not the run's full retry budget: with the
+# default 5 retries a dead endpoint would take about a minute of backoff to report.
+CHECK_MAX_RETRIES = 2
+
+
+def check_judge(spec: str, *, contact: bool = True, timeout_s: float = 60.0,
+                max_retries: int = CHECK_MAX_RETRIES, backoff_s: float = 1.0) -> str:
+    """Checks a judge spec before any work; returns a one-line description of what was checked.
+
+    "openai:MODEL@BASE_URL": the spec is parsed, then (with `contact`) one chat request of one token ("Reply
+    with A.") goes through the shared client, without its cache (a cached answer would hide a dead endpoint),
+    with at most `max_retries` retries (capped at CHECK_MAX_RETRIES); it fails with `JudgeUnavailable` when
+    the endpoint, model name or key is wrong. Anything else must name a loadable, unshuffled model
+    (`evals.models.classify`); no weights are read, loading happens when the judge first judges. A bad spec
+    is a ValueError naming it.
+    """
+    spec = (spec or "").strip()
+    if not spec:
+        raise ValueError("--judge: empty judge spec")
+    if spec.startswith("openai:"):
+        from rubric_jax.openai_client import ChatClient, ChatError, run_sync
+
+        try:
+            client = ChatClient.from_spec(spec, timeout_s=timeout_s, max_retries=min(max_retries, CHECK_MAX_RETRIES),
+                                          backoff_s=backoff_s, concurrency=1)
+        except ValueError as e:
+            raise ValueError(f"--judge {spec!r}: {e}") from None
+        if not contact:
+            return f"judge {spec}: not contacted"
+        try:
+            run_sync(lambda: client.achat([{"role": "user", "content": "Reply with A."}], max_tokens=1,
+                                          temperature=0.0))
+        except ChatError as e:  # already redacted; redacted again in case it was built elsewhere
+            raise JudgeUnavailable(f"judge {spec!r} did not answer a test request: {client.redact(str(e))}") \
+                from None
+        return f"judge {spec}: answered a test request"
+    from evals.models import ModelSpecError, classify
+
+    try:
+        member = classify(spec)
+    except ModelSpecError as e:
+        raise ValueError(f"--judge: {e}") from None
+    if member.shuffled:
+        raise ValueError(f"--judge: {spec!r}: a shuffled model cannot judge")
+    return f"judge {spec}: {member.kind} model {member.path}"
 
 
 def make_judge(spec: str, cache_dir: str, *, remote: dict | None = None, **kw) -> _CachedJudge:

@@ -6,6 +6,12 @@
 several joined with '+' pooled as one contestant, or shuffled:<spec> (words shuffled, a known-worse contestant).
 --judge / --judges: model path or embedded name (in-process) or openai:MODEL@BASE_URL (remote; the key comes from
 OPENAI_API_KEY; --remote_timeout / --remote_retries / --remote_concurrency tune its client).
+
+Before any answer is generated: --models and each judge spec are resolved (no weights read), a remote judge
+must answer one tiny test request, and --data (suites that read a prompt JSONL) is read by the validating
+reader (rubric_jax.data.load_jsonl: file and line of a malformed line, the missing field, an empty file).
+A failure is one "error: ..." line naming the input. The suite writes into a hidden directory inside --out,
+moved into place only when it finishes, so a failed run leaves no partial results there.
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+import tempfile
+
+# Suites whose --data is a prompt JSONL (the others read their own formats through their own flags).
+PROMPT_JSONL_SUITES = ("pairwise_elo", "diagnostics", "gv_gap")
+# Suites that never judge: a --judge given to them is not contacted.
+JUDGELESS_SUITES = ("diagnostics",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +71,84 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def judge_specs(args) -> list[str]:
+    """Every judge spec the command line names (--judges, --judge, --reference_judge), once each, in order."""
+    if args.suite in JUDGELESS_SUITES:
+        return []
+    specs = [s.strip() for s in (args.judges or "").split(",")]
+    specs += [args.judge.strip(), (getattr(args, "reference_judge", "") or "").strip()]
+    return list(dict.fromkeys(s for s in specs if s))
+
+
+def preflight(args) -> None:
+    """Checks every input a suite would only reach after minutes of work: --out, --data, --models, the judges.
+
+    Raises ValueError (a DataError, ModelSpecError or bad judge spec; its message names the input) or
+    evals.judges.JudgeUnavailable. Cheap checks come first, so a typo is named before any network wait.
+    """
+    from evals.judges import check_judge
+    from evals.models import parse_models
+
+    out = os.path.expanduser(args.out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out: {args.out} exists and is not a directory")
+    if args.suite in PROMPT_JSONL_SUITES and args.data:
+        from rubric_jax.data import DataError, load_jsonl
+
+        if not os.path.isfile(args.data):
+            raise DataError(f"--data: no such file: {args.data}")
+        try:
+            load_jsonl(args.data)
+        except DataError as e:
+            raise DataError(f"--data: {e}") from None
+    parse_models(args.models, base=args.base or None)
+    specs = judge_specs(args)
+    for spec in specs:  # every spec parsed first: no network wait before a typo is named
+        check_judge(spec, contact=False)
+    for spec in specs:
+        if spec.startswith("openai:"):
+            print(f"checking remote judge {spec} (one test request)", file=sys.stderr, flush=True)
+            check_judge(spec, timeout_s=args.remote_timeout, max_retries=args.remote_retries)
+
+
+def _publish(stage: str, out: str) -> None:
+    """Moves everything the suite wrote in `stage` into `out`, replacing files of an earlier run."""
+    for name in sorted(os.listdir(stage)):
+        src, dst = os.path.join(stage, name), os.path.join(out, name)
+        if os.path.isdir(dst) and not os.path.islink(dst):
+            shutil.rmtree(dst)
+        elif os.path.isdir(src) and os.path.lexists(dst):
+            os.unlink(dst)
+        os.replace(src, dst)
+
+
+def run_suite(suite, args) -> None:
+    """Runs `suite(args)` with args.out pointing at a hidden staging directory inside --out, then publishes.
+
+    A run that fails (or is interrupted) removes its staging directory, and --out if this run created it, so
+    no half-written answers.jsonl or report sits beside (or replaces) a finished run's files. The stage is
+    inside --out, so publishing is a rename on one file system.
+    """
+    out = os.path.abspath(os.path.expanduser(args.out))
+    created = not os.path.isdir(out)
+    os.makedirs(out, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".partial-", dir=out)
+    ok = False
+    try:
+        args.out = stage
+        suite(args)
+        _publish(stage, out)
+        ok = True
+    finally:
+        args.out = out
+        shutil.rmtree(stage, ignore_errors=True)
+        if not ok and created:
+            try:
+                os.rmdir(out)  # only when empty: never takes anything but what this run made
+            except OSError:
+                pass
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
@@ -66,25 +157,36 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from evals.judges import JudgeUnavailable
     from evals.models import ModelSpecError
     from evals.suites import get_suite
-    from rubric_jax.openai_client import ChatError
+    from rubric_jax.openai_client import ChatError, redact
 
     if (args.prompts < 0 or args.max_new_tokens < 1 or args.bootstrap < 0 or args.batch_size < 1
             or args.remote_timeout <= 0 or args.remote_retries < 0 or args.remote_concurrency < 1):
         print("error: --prompts >= 0, --max_new_tokens >= 1, --bootstrap >= 0, --batch_size >= 1, "
               "--remote_timeout > 0, --remote_retries >= 0, --remote_concurrency >= 1", file=sys.stderr)
         return 2
+    # Messages are redacted once more here: they may quote a server's body, and this is where they are printed.
+    secret = [os.environ.get("OPENAI_API_KEY")]
     try:
-        suite = get_suite(args.suite)
-        suite(args)
+        preflight(args)
     except (ModelSpecError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {redact(str(e), secret)}", file=sys.stderr)
+        return 2
+    except JudgeUnavailable as e:
+        print(f"error: {redact(str(e), secret)}\n(nothing was generated; check the judge's URL, model name and "
+              f"OPENAI_API_KEY)", file=sys.stderr)
+        return 1
+    try:
+        run_suite(get_suite(args.suite), args)
+    except (ModelSpecError, ValueError, FileNotFoundError) as e:
+        print(f"error: {redact(str(e), secret)}", file=sys.stderr)
         return 2
     except ChatError as e:
         # Every answer and verdict obtained so far is cached: the same command resumes from there.
-        print(f"error: remote judge: {e}\n(answers and verdicts received so far are cached; rerun to resume)",
-              file=sys.stderr)
+        print(f"error: remote judge: {redact(str(e), secret)}\n(answers and verdicts received so far are cached; "
+              f"rerun to resume)", file=sys.stderr)
         return 1
     return 0
 

@@ -3,10 +3,16 @@
 Restarting the same command resumes from the latest checkpoint in DIR, and loads the programs the previous run
 compiled from JAX's persistent compilation cache in DIR/jax_cache (--config.compilation_cache_dir: another
 directory, or 'none'; a JAX_COMPILATION_CACHE_DIR in the environment is used instead of the default).
+
+The config, the prompt file, the rubrics and the workdir are checked before the model loads; a bad one is
+printed as one line (`error: <file>:<line>: ...`) with exit status 2, its traceback only under
+RUBRIC_JAX_TRACEBACK=1 (rubric_jax.errors).
 """
 
 from absl import app, flags, logging
 from ml_collections import config_flags
+
+from rubric_jax import errors
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "experiment config file (configs/*.py[:variant])",
                                           lock_config=True)
@@ -21,20 +27,34 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    import jax
-
-    if _DISTRIBUTED.value:
-        # With no addresses given, jax detects SLURM / TPU pod / Kubernetes settings itself.
-        jax.distributed.initialize(coordinator_address=_COORD.value, num_processes=_NPROC.value,
-                                   process_id=_PID.value)
-    from rubric_jax.rl.trainer import train
-
     if not flags.FLAGS["verbosity"].present:
         # Orbax logs every save at INFO through absl; our progress lines are printed, not logged.
         logging.set_verbosity(logging.WARNING)
+    distributed = None
+    if _DISTRIBUTED.value:
+        # With no addresses given, jax detects SLURM / TPU pod / Kubernetes settings itself.
+        distributed = dict(coordinator_address=_COORD.value, num_processes=_NPROC.value, process_id=_PID.value)
+    with errors.reported():
+        run(_CONFIG.value, _WORKDIR.value, distributed=distributed)
+
+
+def run(config, workdir: str, distributed: dict | None = None) -> list[dict]:
+    """The command after its flags are parsed: every check that needs no model, then `train`.
+
+    The checks come first, on every process: none needs JAX's devices, and a bad setting should not wait for
+    jax.distributed to gather the hosts (`distributed`: its initialize arguments; None on one host)."""
+    from rubric_jax.rl import validate
+
+    validate.check(config)
+    validate.check_workdir(workdir)
+    import jax
+
+    if distributed is not None:
+        jax.distributed.initialize(**distributed)
+    from rubric_jax.rl.trainer import train
 
     logging.info("JAX %s on %s: %s", jax.__version__, jax.default_backend(), jax.devices())
-    train(_CONFIG.value, _WORKDIR.value)
+    return train(config, workdir)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,12 @@ writer): OpenAI itself, vLLM / llama.cpp servers, or our own `python -m rubric_j
   with the status and the server's own error message. When retries run out, `ChatError` says why.
 - **API key**: read at each request from the environment variable named by `api_key_env` (default
   OPENAI_API_KEY) and sent only as the `Authorization: Bearer` header; absent is fine (local servers). It is
-  never stored on the client, never written to the cache, and is redacted from every error message; the
-  client's repr names only the variable.
+  never stored on the client, and the client's repr names only the variable. Everything that can carry a
+  request or a response goes through `redact` first: every `ChatError` (server bodies, JSON or not, echoed
+  headers, malformed completions), every log line of this module and of httpx/httpcore (whose debug lines
+  hold response headers), the completion text returned and every string of a cache file. `redact` replaces
+  the key itself (also JSON-, repr- and URL-escaped) and any `Bearer <token>` with `***`, before any text is
+  cut short, so no prefix of the key survives either.
 - **Cache** (`cache_dir`): one JSON file per request, named by the sha256 of (base_url, model, messages,
   max_tokens, temperature, seed, top_logprobs) — never the key. A hit returns the stored completion with
   `cached=True` and makes no HTTP request. Files are written atomically (temporary file + rename), so
@@ -34,11 +38,13 @@ import json
 import logging
 import os
 import random
+import re
 import tempfile
 import threading
 import time
+import urllib.parse
 import weakref
-from typing import Any
+from typing import Any, Iterable
 
 import httpx
 
@@ -46,6 +52,71 @@ log = logging.getLogger(__name__)
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})  # 408/409: OpenAI documents them as retryable
 MAX_RETRY_AFTER_S = 120.0
+REDACTED = "***"
+
+# A bearer token as an echoed header shows it. It must hold a digit: API keys and JWTs always do, while
+# prose ("the Bearer shrugged") does not, so a judge's or writer's text is not mangled by the pattern.
+_BEARER = re.compile(r"\b(Bearer\s+)(?=[A-Za-z0-9._~+/-]*[0-9])[A-Za-z0-9._~+/-]{8,}=*")
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """`text` with each secret and every `Bearer <token>` replaced by "***".
+
+    A secret is also found JSON-escaped, repr-escaped and URL-encoded, the forms in which a server body or a
+    formatted message can carry it. Redact before cutting a text short: a cut can leave a prefix of the key
+    that no later redaction recognises. Empty and None secrets are skipped (no key set).
+    """
+    text = str(text)
+    forms: set[str] = set()
+    for s in secrets:
+        if s:
+            forms.update({s, json.dumps(s)[1:-1], repr(s)[1:-1], urllib.parse.quote(s, safe=""),
+                          urllib.parse.quote_plus(s)})
+    # longest first: a form that contains another must go before it, or half of it would survive
+    for f in sorted(forms, key=len, reverse=True):
+        text = text.replace(f, REDACTED)
+    return _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def _redact_tree(obj, secrets: list[str | None]):
+    """A JSON-like value with every string in it redacted (for cache records)."""
+    if isinstance(obj, str):
+        return redact(obj, secrets)
+    if isinstance(obj, dict):
+        return {redact(k, secrets): _redact_tree(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_redact_tree(v, secrets) for v in obj]
+    return obj
+
+
+# Names (never values) of the environment variables clients read keys from; the log filter below reads the
+# keys from there when a record is logged, so no key is held anywhere but the environment.
+_KEY_ENVS: set[str] = {"OPENAI_API_KEY"}
+
+
+def _env_keys() -> list[str | None]:
+    return [os.environ.get(name) for name in sorted(_KEY_ENVS)]
+
+
+class _RedactingFilter(logging.Filter):
+    """Redacts a record's final message: httpcore logs response headers at debug level, and a server that
+    echoes the Authorization header would put the key there."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record: leave it to logging's own error report
+            return True
+        clean = redact(message, _env_keys())
+        if clean != message:
+            record.msg, record.args = clean, None
+        return True
+
+
+# Logger filters only see records created on that very logger (not its children), so each is named.
+for _name in (__name__, "httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2", "httpcore.proxy",
+              "httpcore.socks"):
+    logging.getLogger(_name).addFilter(_RedactingFilter())
 
 
 @dataclasses.dataclass
@@ -57,7 +128,8 @@ class Completion:
 
 
 class ChatError(RuntimeError):
-    """A request failed for good: a non-retryable 4xx, or retries exhausted. Never contains the API key."""
+    """A request failed for good: a non-retryable 4xx, a response that is not a completion, or retries
+    exhausted. Its message has been through `redact`, so it never contains the API key."""
 
     def __init__(self, message: str, status_code: int | None = None, attempts: int = 1):
         super().__init__(message)
@@ -80,6 +152,7 @@ def _retry_after(headers) -> float | None:
 
 
 def _server_message(resp: httpx.Response) -> str:
+    """The server's own error message, whole: the caller redacts it before cutting it short."""
     try:
         body = resp.json()
         err = body.get("error", body) if isinstance(body, dict) else body
@@ -87,20 +160,25 @@ def _server_message(resp: httpx.Response) -> str:
             return str(err.get("message") or err.get("detail") or err)
         return str(err)
     except ValueError:
-        return resp.text[:500]
+        return resp.text
 
 
-def parse_completion(body: dict) -> Completion:
+def parse_completion(body: dict, secrets: Iterable[str | None] = ()) -> Completion:
+    """The completion in a chat-completions response body; `ChatError` (quoting the body, redacted of
+    `secrets`) when it is not one."""
     try:
         choice = body["choices"][0]
-    except (KeyError, IndexError, TypeError) as e:
-        raise ChatError(f"malformed chat completion response (no choices): {str(body)[:300]}") from e
-    msg = choice.get("message") or {}
-    top = None
-    lp = choice.get("logprobs")
-    if lp and lp.get("content") is not None:
-        top = [{t["token"]: float(t["logprob"]) for t in (c.get("top_logprobs") or [])} for c in lp["content"]]
-    return Completion(text=msg.get("content") or "", finish_reason=choice.get("finish_reason"), top_logprobs=top)
+        msg = choice.get("message") or {}
+        top = None
+        lp = choice.get("logprobs")
+        if lp and lp.get("content") is not None:
+            top = [{t["token"]: float(t["logprob"]) for t in (c.get("top_logprobs") or [])} for c in lp["content"]]
+        return Completion(text=msg.get("content") or "", finish_reason=choice.get("finish_reason"),
+                          top_logprobs=top)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+        # `from None`: the original exception's text can quote a field of the body, key included
+        raise ChatError(f"malformed chat completion response ({type(e).__name__}): "
+                        f"{redact(str(body), secrets)[:300]}") from None
 
 
 class ChatClient:
@@ -111,6 +189,7 @@ class ChatClient:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
+        _KEY_ENVS.add(api_key_env)
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.timeout_s = timeout_s
@@ -159,7 +238,10 @@ class ChatClient:
     def _cache_put(self, key: str, request: dict, completion: Completion) -> None:
         if not self.cache_dir:
             return
-        record = {"request": request, "completion": dataclasses.asdict(completion) | {"cached": False}}
+        # The request is stored for people reading the cache (the key file name is its hash, taken before
+        # this); a prompt or base_url may quote the key, so every string in the record is redacted.
+        record = _redact_tree({"request": request, "completion": dataclasses.asdict(completion) | {"cached": False}},
+                              [os.environ.get(self.api_key_env)])
         fd, tmp = tempfile.mkstemp(dir=self.cache_dir, prefix=f".{key[:16]}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
@@ -180,9 +262,9 @@ class ChatClient:
             sem = self._semaphores[loop] = asyncio.Semaphore(self.concurrency)
         return sem
 
-    def _redact(self, text: str) -> str:
-        key = os.environ.get(self.api_key_env)
-        return text.replace(key, "***") if key else text
+    def redact(self, text: str) -> str:
+        """`text` without this client's API key (read from the environment now) or any bearer token."""
+        return redact(text, [os.environ.get(self.api_key_env)])
 
     async def achat(self, messages: list[dict], *, max_tokens: int, temperature: float = 0.0, seed: int | None = None,
                     top_logprobs: int = 0) -> Completion:
@@ -225,11 +307,21 @@ class ChatClient:
             else:
                 if resp.status_code < 300:
                     try:
-                        return parse_completion(resp.json())
+                        data = resp.json()
                     except ValueError:
-                        raise ChatError(f"{url}: response is not JSON: {resp.text[:300]!r}",
+                        raise ChatError(f"{url} (model {self.model!r}): HTTP {resp.status_code} but the response "
+                                        f"is not JSON: {self.redact(resp.text)[:300]!r}",
                                         resp.status_code, attempt + 1) from None
-                message = self._redact(_server_message(resp))
+                    try:
+                        completion = parse_completion(data, [api_key])
+                    except ChatError as e:
+                        raise ChatError(f"{url} (model {self.model!r}): {e}", resp.status_code,
+                                        attempt + 1) from None
+                    # a server that echoes the request into its answer would hand the key to the caller
+                    # and to the cache
+                    completion.text = self.redact(completion.text)
+                    return completion
+                message = self.redact(_server_message(resp))[:500]
                 if resp.status_code not in RETRY_STATUS and resp.status_code < 500:
                     raise ChatError(f"{url} (model {self.model!r}): HTTP {resp.status_code}: {message}",
                                     resp.status_code, attempt + 1)
@@ -239,10 +331,10 @@ class ChatClient:
                 break
             delay = retry_after if retry_after is not None else self.backoff_s * 2 ** attempt
             delay += random.uniform(0, 0.25 * delay)
-            log.warning("%s: %s; retry %d/%d in %.2f s", url, self._redact(last), attempt + 1, self.max_retries, delay)
+            log.warning("%s: %s; retry %d/%d in %.2f s", url, self.redact(last), attempt + 1, self.max_retries, delay)
             await asyncio.sleep(delay)
         raise ChatError(f"{url} (model {self.model!r}): giving up after {self.max_retries + 1} attempts; last: "
-                        f"{self._redact(last)}", None, self.max_retries + 1)
+                        f"{self.redact(last)}", None, self.max_retries + 1)
 
     async def _run_many(self, requests: list[dict], desc: str) -> list[Completion]:
         from tqdm.auto import tqdm
@@ -296,4 +388,4 @@ def run_sync(coro_fn):
     return out["r"]
 
 
-__all__ = ["ChatClient", "ChatError", "Completion", "parse_completion", "run_sync"]
+__all__ = ["ChatClient", "ChatError", "Completion", "parse_completion", "redact", "run_sync"]

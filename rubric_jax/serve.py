@@ -27,6 +27,10 @@ Top log-probabilities: the sampler records only each sampled token's log-probabi
 for logprobs one extra forward pass over prompt + completion gives the log-softmax of the model's logits
 (temperature 1, unfiltered: what OpenAI reports) at every generated position; its top 20 are kept.
 
+Start-up: the arguments are checked and the port is taken before the model loads, so a port in use or a
+misspelled --model is one line on stderr (`error: ...`, exit status 2) in the first seconds, and "serving on"
+is logged only once the server really listens. RUBRIC_JAX_TRACEBACK=1 adds the traceback (rubric_jax.errors).
+
 Malformed requests (bad JSON, missing or mistyped fields, unknown roles, max_tokens <= 0, prompt + max_tokens
 beyond the model's context) get HTTP 400 with an OpenAI-style `{"error": {"message", "type", "param",
 "code"}}` body; the server keeps serving.
@@ -38,11 +42,14 @@ import argparse
 import asyncio
 import concurrent.futures
 import dataclasses
+import errno
 import functools
 import json
 import logging
+import math
 import os
 import secrets
+import socket
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -56,6 +63,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from flax import nnx
 from starlette.exceptions import HTTPException
+
+from rubric_jax.errors import UserError, check_model_arg, reported
 
 log = logging.getLogger("rubric_jax.serve")
 
@@ -416,29 +425,74 @@ def create_app(engine: Engine, model_id: str, *, max_batch: int = 16, batch_wait
     return app
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port, or UserError naming host:port. Taken before the model loads: a port in
+    use is found in the first second instead of after the load, and a client that connects while the model
+    loads waits in the backlog instead of being refused."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as e:
+        raise UserError(f"--host={host}: cannot open a socket for it ({e.strerror or e})") from None
+    # as uvicorn does: a restarted server may reuse the port while old connections sit in TIME_WAIT
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's backlog; listening now also keeps a second SO_REUSEADDR bind off the port
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            why = "address already in use (another server is listening there; stop it or give another --port)"
+        else:
+            why = e.strerror or str(e)
+        raise UserError(f"cannot listen on {host}:{port}: {why}") from None
+    return sock
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m rubric_jax.serve", description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct",
                     help="HF checkpoint dir, .gguf file, embedded name, or a training workdir")
     ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--port", type=int, default=8000, help="0 = any free port (logged)")
     ap.add_argument("--max_batch", type=int, default=16)
     ap.add_argument("--batch_wait_ms", type=float, default=20.0)
     ap.add_argument("--served_model_name", default=None, help="the id /v1/models reports (default: from --model)")
     args = ap.parse_args(argv)
+    with reported():
+        _serve(args)
+
+
+def check_args(args) -> None:
+    """Raises UserError naming the first argument the server cannot run with (before the port or the model)."""
     if args.max_batch < 1:
-        ap.error("--max_batch must be >= 1")
+        raise UserError(f"--max_batch={args.max_batch}: must be >= 1")
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port={args.port}: must be in [0, 65535] (0 = any free port)")
+    if not (math.isfinite(args.batch_wait_ms) and args.batch_wait_ms >= 0):
+        raise UserError(f"--batch_wait_ms={args.batch_wait_ms}: must be a number >= 0")
+    check_model_arg("--model", args.model)
+
+
+def _serve(args):
+    check_args(args)
+    sock = listen(args.host, args.port)
+    port = sock.getsockname()[1]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
     t0 = time.perf_counter()
-    model, tokenizer = load_for_serving(args.model)
+    try:
+        model, tokenizer = load_for_serving(args.model)
+    except BaseException:
+        sock.close()
+        raise
     engine = Engine(model, tokenizer, args.max_batch)
     model_id = args.served_model_name or os.path.basename(os.path.normpath(args.model))
     log.info("model %s loaded in %.1f s (context %d); serving on http://%s:%d/v1", model_id,
-             time.perf_counter() - t0, engine.context, args.host, args.port)
+             time.perf_counter() - t0, engine.context, args.host, port)
     app = create_app(engine, model_id, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning")).run(sockets=[sock])
 
 
 if __name__ == "__main__":

@@ -25,11 +25,11 @@ DEFAULT_PROMPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
 
 
 def load_prompts(path: str, n: int | None) -> list[dict]:
-    recs = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                recs.append(json.loads(line))
+    """The first `n` (all when None or 0) records of a prompt JSONL as dicts, read by the project's validating
+    reader (rubric_jax.data.load_jsonl: a malformed line names its file and line, an empty file is an error)."""
+    from rubric_jax.data import load_jsonl
+
+    recs = [r.to_dict() for r in load_jsonl(path)]
     if n is not None and n > 0:
         if n > len(recs):
             raise ValueError(f"--prompts={n}: {path} has only {len(recs)} prompts")

@@ -8,12 +8,14 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from rubric_jax.errors import UserError, did_you_mean
+
 BUNDLED = ("creative_writing", "health", "scripts", "scripts_test")
 _KEYS = ("id", "prompt", "task", "rubric", "constraints", "system", "meta")
 _IFEVAL_KEYS = ("key", "instruction_id_list", "kwargs")  # an official IFEval line loads as it is
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """A prompt file is malformed. The message starts with ``<file>:<line>:`` when a line is at fault."""
 
 
@@ -75,10 +77,10 @@ def parse_record(obj: Any, where: str, default_id: str) -> PromptRecord:
     if "instruction_id_list" in obj:
         obj = _from_ifeval(obj, where)
     unknown = sorted(set(obj) - set(_KEYS))
+    if "prompt" not in obj:  # before unknown keys: a misnamed prompt ("text", "question") is the likelier slip
+        _fail(where, f'missing required key "prompt" (the line has keys {sorted(obj)})')
     if unknown:
-        _fail(where, f"unknown key(s) {unknown}; allowed keys are {list(_KEYS)}")
-    if "prompt" not in obj:
-        _fail(where, 'missing required key "prompt"')
+        _fail(where, f"unknown key(s) {unknown}; allowed keys are {list(_KEYS)}" + did_you_mean(unknown[0], _KEYS))
     prompt = obj["prompt"]
     if not isinstance(prompt, str):
         _fail(where, f'"prompt" must be a string, got {type(prompt).__name__}')
@@ -152,7 +154,9 @@ def parse_jsonl(text: str, source: str = "<string>") -> list[PromptRecord]:
     stem = os.path.splitext(os.path.basename(source))[0] or "record"
     records: list[PromptRecord] = []
     seen: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: str.splitlines also breaks at U+2028, U+0085 and the like, which JSON strings may hold
+    # raw, so a valid line would be cut in two and the line numbers would not match an editor's
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{source}:{lineno}"
@@ -185,6 +189,19 @@ def load_jsonl(path_or_name: str | os.PathLike) -> list[PromptRecord]:
         return parse_jsonl(text, source=f"{s}.jsonl")
     if not os.path.isfile(s):
         raise DataError(f"{s}: no such file and not a bundled prompt set (bundled: {list(BUNDLED)})")
-    with open(s, encoding="utf-8") as f:
-        text = f.read()
-    return parse_jsonl(text, source=s)
+    with open(s, "rb") as f:
+        raw = f.read()
+    return parse_jsonl(decode(raw, s), source=s)
+
+
+def decode(raw: bytes, source: str) -> str:
+    """A prompt file's bytes as text: UTF-8, a leading byte-order mark dropped; other bytes are a DataError
+    naming the line and the byte (a bare UnicodeDecodeError names neither the file nor the line)."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        start = e.start + (3 if raw.startswith(b"\xef\xbb\xbf") else 0)
+        line_start = raw.rfind(b"\n", 0, start) + 1
+        lineno = raw.count(b"\n", 0, start) + 1
+        raise DataError(f"{source}:{lineno}: not UTF-8 text (byte 0x{raw[start]:02x} at byte {start - line_start + 1} "
+                        f"of the line, {e.reason}); save the file as UTF-8") from None

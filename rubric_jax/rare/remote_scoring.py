@@ -37,7 +37,7 @@ the accepted groups with only the new criteria (sample_level.step).
 
 Failures: a request the client gives up on is logged (at most two warnings per batch, and one example of an
 unreadable answer per call at debug level; the client already redacts the API key, and everything this module
-logs is redacted again) and its cells become unreadable. When
+logs or raises goes through the client's `redact` again) and its cells become unreadable. When
 every request of a score() call fails, the endpoint is down: `RemoteJudgeUnavailable` is raised so that
 training stops instead of learning from a reward of zero.
 """
@@ -52,7 +52,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rubric_jax.openai_client import ChatClient, ChatError, Completion, run_sync
+from rubric_jax.openai_client import ChatClient, ChatError, Completion, redact, run_sync
 from rubric_jax.rare.scoring import GroupScores
 from rubric_jax.rubrics import Criterion, Rubric
 
@@ -227,8 +227,9 @@ class RemoteScorer:
 
     # ---- requests ----------------------------------------------------------------------------------------------
     def _redact(self, text: str) -> str:
-        key = os.environ.get(getattr(self.client, "api_key_env", "OPENAI_API_KEY"))
-        return text.replace(key, "***") if key else text
+        # the shared redaction, with the key of whichever variable this client reads (a test's stand-in
+        # client may not be a ChatClient, hence the default)
+        return redact(text, [os.environ.get(getattr(self.client, "api_key_env", "OPENAI_API_KEY"))])
 
     def _request(self, prompt: str, response: str, criteria: Sequence[Criterion], *, seed: int,
                  temperature: float) -> dict:

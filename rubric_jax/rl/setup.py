@@ -123,8 +123,39 @@ def build(config) -> Setup:
     mesh = parse_mesh(config.mesh)
     hosts = Hosts(mesh)
     if config.loss.micro_batch_size % hosts.count:
-        raise ValueError(f"loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple of the "
-                         f"{hosts.count} processes (each gives an equal share of every micro-batch)")
+        raise validate.ConfigError(f"config.loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple "
+                                   f"of the {hosts.count} processes (each gives an equal share of every micro-batch)")
+    # The prompt file and every rubric are read before a model file is opened: a bad line or a misspelled name
+    # is reported in the first seconds, not after a load that takes minutes for a 4B checkpoint.
+    reward_cfg = RewardConfig(**config.reward.to_dict())
+    per_prompt = config.rubric_source != "config"
+    if per_prompt and reward_cfg.judging != "rare" and (reward_cfg.curriculum or reward_cfg.dropout_q):
+        raise validate.ConfigError(f"config.rubric_source={config.rubric_source!r}: each prompt has its own rubric, "
+                                   f"so there is no one criteria order for a curriculum or dropout; set "
+                                   f"reward.curriculum=False")
+    default_rubric = load_rubric(config.rubric) if config.rubric else None
+    criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
+    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr" and config.rlmr.writing == "reward_model")
+    if judged and not per_prompt and not criteria:
+        raise validate.ConfigError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a "
+                                   f"rubric")
+    records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
+    if config.data.with_constraints:
+        records = [r for r in records if r.constraints]
+        if not records:
+            raise validate.ConfigError(f"config.data.with_constraints: no record of {config.data.path!r} has "
+                                       f"constraints")
+    validate.check_records(config, records, config.data.path)
+    if reward_cfg.pacing != "fixed":  # held-out prompts leave the training set before the iterator is made
+        pacing_cfg = PacingConfig.for_interval(reward_cfg.interval, **config.pacing.to_dict())
+        records, heldout = pacing_phase.split_records(records, pacing_cfg, min_train=config.prompts_per_step)
+    dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
+                            shard_index=jax.process_index(), shard_count=jax.process_count())
+    store = None
+    if per_prompt and reward_cfg.judging != "rare":  # RARE makes its own store, and may write missing rubrics
+        store = RubricStore(default_rubric, config.rubric_source)
+        for r in dataset.records:  # every record's rubric loads now: a bad one fails before the model loads
+            store.initial(r)
     base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
     tokenizer = load_tokenizer(config.tokenizer or name)
     # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only. Full fine-tuning
@@ -159,28 +190,8 @@ def build(config) -> Setup:
     judge_model, judge_tokenizer = load_judge(config, name, base_local, tokenizer, hosts)
     judge = Judge(judge_model, judge_tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
                   max_response_tokens=config.judge.max_response_tokens)
-    reward_cfg = RewardConfig(**config.reward.to_dict())
-    per_prompt = config.rubric_source != "config"
-    if per_prompt and reward_cfg.judging != "rare" and (reward_cfg.curriculum or reward_cfg.dropout_q):
-        raise ValueError(f"rubric_source={config.rubric_source!r}: each prompt has its own rubric, so there is no "
-                         f"one criteria order for a curriculum or dropout; set reward.curriculum=False")
-    default_rubric = load_rubric(config.rubric) if config.rubric else None
-    criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
-    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr" and config.rlmr.writing == "reward_model")
     if judged and not per_prompt:
-        if not criteria:
-            raise ValueError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a rubric")
         judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
-    records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
-    if config.data.with_constraints:
-        records = [r for r in records if r.constraints]
-        if not records:
-            raise ValueError(f"config.data.with_constraints: no record of {config.data.path!r} has constraints")
-    if reward_cfg.pacing != "fixed":  # held-out prompts leave the training set before the iterator is made
-        pacing_cfg = PacingConfig.for_interval(reward_cfg.interval, **config.pacing.to_dict())
-        records, heldout = pacing_phase.split_records(records, pacing_cfg, min_train=config.prompts_per_step)
-    dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
-                            shard_index=jax.process_index(), shard_count=jax.process_count())
     # One prompt width for the whole run (one sampler program): the rung of the longest prompt it can draw, or
     # max_prompt_len (config.prompt_width).
     shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,
@@ -190,7 +201,7 @@ def build(config) -> Setup:
              shapes.prompt_ladder, shapes.completion_ladder)
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records), judge.model_id),
                "the run's settings")
-    rare = store = rlmr = writing_cfg = None
+    rare = rlmr = writing_cfg = None
     if reward_cfg.judging == "rlmr":
         rlmr = rlmr_phase.build(config, judge, dataset.records)
         writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute",
@@ -198,10 +209,6 @@ def build(config) -> Setup:
     if reward_cfg.judging == "rare":
         rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records,
                                 judge=(judge_model, judge_tokenizer))
-    elif per_prompt:
-        store = RubricStore(default_rubric, config.rubric_source)
-        for r in dataset.records:  # every record's rubric loads now: a bad one fails before training starts
-            store.initial(r)
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
                   base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()),
                   judge_model=judge_model, judge_tokenizer=judge_tokenizer)
@@ -265,7 +272,8 @@ def select_tasks(records, tasks: str, source: str):
     missing = sorted(set(wanted) - {r.task for r in kept})
     if missing:
         have = sorted({r.task for r in records if r.task})
-        raise ValueError(f"config.data.task: no record of {source!r} has task {missing} (tasks there: {have})")
+        raise validate.ConfigError(f"config.data.task: no record of {source!r} has task {missing} (tasks there: "
+                                   f"{have})")
     return kept
 
 

@@ -36,7 +36,7 @@ from rubric_jax.rl.setup import (DEFAULT_MODEL, Setup, build, encode_prompt, jud
                                  run_summary, select_tasks)
 from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
                                   padding_metrics)
-from rubric_jax.rl.workdir import STATE_KEYS
+from rubric_jax.rl.workdir import STATE_KEYS, check_prompts, check_resume, run_record
 from rubric_jax.sampling import sample
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
         raise ValueError(f"checkpoint {step} in {ckpt.directory} was written with finetune={saved!r} and this run "
                          f"has finetune={mode!r}: a run cannot switch between 'lora' and 'full' (resume with "
                          f"finetune={saved!r}, or start the new mode in another workdir)")
+    check_prompts(os.path.dirname(ckpt.directory), step, ckpt.read_meta(step), setup.data_iter.get_state(),
+                  setup.config)
     state, meta = ckpt.restore(step, target_state=_train_state(setup.policy))
     setup.policy.trainable = state[STATE_KEYS[mode]]
     setup.policy.opt_state = state["opt_state"]
@@ -346,6 +348,14 @@ def _add_bonuses(setup: Setup, r_bg, batch: RolloutBatch, records, encoded, comp
 def train(config, workdir: str) -> list[dict]:
     """Runs (or resumes) the job in `workdir`; returns the metrics of the steps run in this call."""
     os.makedirs(workdir, exist_ok=True)
+    # Before the model loads: a damaged newest checkpoint is set aside, a setting its arrays cannot follow is
+    # named (workdir.ResumeError), and a run that already holds its last step stops here.
+    done = check_resume(config, workdir)
+    if done is not None and done >= config.steps:
+        if jax.process_index() == 0:
+            print(f"workdir {workdir} already holds step {done} >= total steps {config.steps}; nothing to do",
+                  flush=True)
+        return []
     # Before anything compiles: programs compiled by an earlier run in this workdir are loaded, not rebuilt
     # ('' = <workdir>/jax_cache unless JAX was given a directory; 'none' = off). Restored afterwards.
     with compilation_cache(config.compilation_cache_dir, workdir):
@@ -451,10 +461,12 @@ def _meta(setup: Setup, done: int, data_state: dict, rare_state: dict | None = N
     """The checkpoint's JSON dict ("judge": which model rewarded the steps); each feature adds its own keys
     (RARE: "rubrics", the rubric store, and its level's state: "evidence" or "rler"; full fine-tuning:
     "finetune"; the exploration bonus: "exploration_seed"; auto pacing: "pacing", its decision state and base
-    answers; "entropy_head": the first steps' entropy).
+    answers; "entropy_head": the first steps' entropy; "run": the prompt file and the settings the arrays'
+    shapes depend on, workdir.run_record).
     `pacing_state`: a pacing snapshot from before an interrupted step (default the current state)."""
     meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
-            "criteria": [c.id for c in setup.criteria], "judge": judge_record(setup)}
+            "criteria": [c.id for c in setup.criteria], "judge": judge_record(setup),
+            "run": run_record(setup.config)}  # what a resume must keep (workdir.check_resume, check_prompts)
     meta.update(rare_state or {})
     if setup.exploration_seed is not None:
         meta["exploration_seed"] = setup.exploration_seed

@@ -3,8 +3,11 @@
 A paper-scale run loads a multi-GB checkpoint, compiles for minutes and samples for more before the first
 judge call; a typo such as `loss.aggregation=token-mean` or `group_size=0` must not wait for that. `check`
 runs in the first second of `train` and raises `ConfigError` naming the field (`config.loss.aggregation`),
-what it holds and what is allowed. It checks values only; whether a checkpoint or data file can be read is
-the loaders' job, and they name the file.
+what it holds and what is allowed (and the closest allowed name to a misspelled one). It checks values, and
+that the files they name exist; reading the files is the loaders' job (they name the file and line), and
+`rubric_jax.rl.setup.build` reads the prompt file and rubrics before it loads the model. `check_workdir`
+(called by `python -m rubric_jax.main` before training) finds an unwritable workdir, and `check_records` a
+prompt file's records that name a rubric that is not there, also before the model loads.
 
 Where a component's own dataclass already validates its section (RewardConfig, JudgeConfig, LoRAConfig,
 DynamicConfig, RlmrConfig), the section is built here from the config, so there is one rule per field.
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 from typing import Any, Callable
 
+from rubric_jax.errors import UserError, did_you_mean
 from rubric_jax.rewards.group import ADVANTAGE_KINDS
 from rubric_jax.rl.losses import AGGREGATIONS
 from rubric_jax.rl.shapes import PROMPT_WIDTHS
@@ -29,8 +34,8 @@ REMATS = ("none", "full", "dots_saveable")
 ATTENTIONS = ("plain", "xla", "cudnn", "chunked")
 
 
-class ConfigError(ValueError):
-    """A config value that cannot run; the message starts with the field's full name."""
+class ConfigError(UserError):
+    """A config value (or the --workdir flag) that cannot run; the message starts with the field's full name."""
 
 
 def _fail(field: str, value: Any, allowed: str) -> None:
@@ -59,7 +64,7 @@ def _num(config, field: str, ok: Callable[[float], bool], allowed: str) -> None:
 def _choice(config, field: str, choices) -> None:
     v = _get(config, field)
     if v not in choices:
-        _fail(field, v, f"must be one of {tuple(choices)}")
+        _fail(field, v, f"must be one of {tuple(choices)}" + (did_you_mean(v, choices) if isinstance(v, str) else ""))
 
 
 def _section(config, field: str, build: Callable[[], Any]) -> None:
@@ -110,7 +115,9 @@ def check(config) -> None:
     _choice(config, "forward.attention", ATTENTIONS)
     _int(config, "forward.attention_chunk", 1)
     _int(config, "judge.max_response_tokens", 1)
+    _checkpoint("model", config.model, "'' = the embedded default")
     _judge_model(config)
+    _rubric_name("rubric", config.rubric)
     _int(config, "checkpoint.every", 1)
     _int(config, "checkpoint.keep", 1)
     _mesh(config.mesh)
@@ -132,18 +139,82 @@ def _judge_model(config) -> None:
                                                      f"weights, in config.dtype={config.dtype!r}; give a judge.model "
                                                      f"to judge in another dtype, or leave judge.dtype empty")
         return
+    _checkpoint("judge.model", name, "'' = the policy judges itself")
+
+
+def _checkpoint(field: str, name, empty: str) -> None:
+    """A model field names a checkpoint directory, a .gguf file or an embedded model ("" allowed: `empty`)."""
+    if name == "":
+        return
     if not isinstance(name, str):
-        _fail("judge.model", name, "must be a checkpoint path or an embedded model name ('' = the policy)")
+        _fail(field, name, f"must be a checkpoint path or an embedded model name ({empty})")
     if os.path.exists(name):
         if not (os.path.isdir(name) or name.endswith(".gguf")):
-            _fail("judge.model", name, "a file that is not a .gguf checkpoint (give a Hugging Face checkpoint "
-                                       "directory, a .gguf file or an embedded model name)")
+            _fail(field, name, "a file that is not a .gguf checkpoint (give a Hugging Face checkpoint "
+                               "directory, a .gguf file or an embedded model name)")
         return
     # the loaders' own table of embedded names (imported here: the module loads JAX)
     from rubric_jax.models.loading import _ALIASES, EMBEDDED, is_embedded  # noqa: PLC0415
     if not is_embedded(name):
-        _fail("judge.model", name, f"no such checkpoint path, and not an embedded model name "
-                                   f"{tuple(sorted(EMBEDDED) + sorted(_ALIASES))} ('' = the policy judges itself)")
+        names = sorted(EMBEDDED) + sorted(_ALIASES)
+        _fail(field, name, f"no such checkpoint path, and not an embedded model name {tuple(names)} ({empty})"
+                           + did_you_mean(name, names))
+
+
+def rubric_problem(name: str) -> str | None:
+    """Why `name` (a rubric field: a built-in rubric's name or a JSON file's path) cannot load, or None. The
+    file's contents are the loader's to judge (`rubric_jax.rubrics.load_rubric`)."""
+    from rubric_jax.rubrics import builtin_rubric_names  # noqa: PLC0415
+
+    names = builtin_rubric_names()
+    if name in names or os.path.isfile(name):
+        return None
+    return f"no such rubric file, and not a built-in rubric {names}" + did_you_mean(name, names)
+
+
+def _rubric_name(field: str, name) -> None:
+    if name == "":
+        return
+    if not isinstance(name, str):
+        _fail(field, name, "must be a built-in rubric's name or a rubric JSON file's path")
+    problem = rubric_problem(name)
+    if problem:
+        _fail(field, name, problem)
+
+
+def check_records(config, records, source: str) -> None:
+    """Raises DataError for the first record of `source` whose own rubric (rubric_source='record': its
+    "rubric" name; 'task': its task's rubric) is neither a built-in rubric nor a file. Runs before the model
+    loads, where the rubric store would otherwise find it after."""
+    from rubric_jax.data.jsonl import DataError  # noqa: PLC0415
+
+    if config.rubric_source == "config":
+        return
+    for r in records:
+        name = r.rubric if config.rubric_source == "record" else r.task
+        if isinstance(name, str) and name:
+            problem = rubric_problem(name)
+            if problem:
+                key = '"rubric"' if config.rubric_source == "record" else '"task" (rubric_source=\'task\')'
+                raise DataError(f"{source}: record {r.id!r}: {key} {name!r}: {problem}")
+
+
+def check_workdir(workdir: str) -> None:
+    """Raises ConfigError when `workdir`, or its checkpoints folder if it exists, cannot be created or written
+    (a temporary file is made and removed in each): otherwise the first save finds it, after the model loaded
+    and a step ran."""
+    from rubric_jax.rl.workdir import CHECKPOINT_SUBDIR  # noqa: PLC0415
+
+    for d in (workdir, os.path.join(workdir, CHECKPOINT_SUBDIR)):
+        if d != workdir and not os.path.isdir(d):
+            continue  # made later inside a workdir found writable
+        try:
+            os.makedirs(d, exist_ok=True)
+            with tempfile.TemporaryFile(dir=d, prefix=".rubric_jax_write_check_"):
+                pass
+        except OSError as e:
+            raise ConfigError(f"--workdir={workdir!r}: cannot write to {d} ({e.strerror or e}); give a "
+                              f"directory this user can write") from None
 
 
 def _mesh(spec: str) -> None:

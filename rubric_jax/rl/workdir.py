@@ -11,6 +11,12 @@ and this module turns such a directory back into a plain model (`load_trained`):
 model with the adapters of its latest (or a chosen) checkpoint folded into the kernels; for a full-parameter run,
 the base's architecture holding that checkpoint's parameters (the base's weights are not read). The pieces are
 public for callers that need them separately (evals fingerprints the trained arrays before loading a model).
+
+A resume reads the workdir too: before the model loads, `check_resume` finds the checkpoint it would continue
+from and refuses settings that checkpoint's arrays cannot follow (finetune mode, LoRA rank and targets), naming
+the setting and both values; `check_prompts`, given the new run's data iterator, names both prompt files when the
+prompt set its data position counts in changed. Both compare with what the checkpoint recorded of its run
+(`run_record`, meta["run"]), or, for checkpoints from before that record, with the run's config.json.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from rubric_jax.errors import UserError
+
 __all__ = ["is_workdir", "run_config", "base_model_name", "latest_trained", "latest_lora", "apply_trained_lora",
-           "trained_params_model", "load_trained"]
+           "trained_params_model", "load_trained", "ResumeError", "run_record", "check_resume", "check_prompts"]
 
 CONFIG_FILE = "config.json"
 CHECKPOINT_SUBDIR = "checkpoints"  # rubric_jax.rl.checkpoint's; not imported so is_workdir needs no orbax
@@ -88,24 +96,28 @@ STATE_KEYS = {"lora": "lora", "full": "params"}
 
 
 def latest_trained(workdir: str | os.PathLike, step: int | None = None) -> tuple[str, dict[str, Any], int]:
-    """(the run's finetune mode, "lora" or "full"; what checkpoint `step` (default: the latest) trained, the
-    adapters or all parameters, as a pure nested dict of arrays with any {"value": ...} variable wrappers
-    removed; that step).
+    """(the run's finetune mode, "lora" or "full"; what checkpoint `step` (default: the newest that reads back)
+    trained, the adapters or all parameters, as a pure nested dict of arrays with any {"value": ...} variable
+    wrappers removed; that step).
 
-    Reads only; nothing under the workdir is created or pruned. Raises FileNotFoundError naming the workdir when
-    it has no checkpoint, or no checkpoint for `step`, and ValueError when the checkpoint holds neither."""
+    Creates and prunes nothing, and leaves a save in flight alone (a run may be training in the workdir); a
+    checkpoint that cannot be read is set aside (renamed `<step>.damaged-<n>`, one warning line) as a resume
+    would. Raises FileNotFoundError naming the workdir when it has no checkpoint, or no checkpoint for `step`
+    (DamagedCheckpointError, a FileNotFoundError, when none is intact or `step` is damaged), and ValueError when
+    the checkpoint holds neither."""
     from rubric_jax.rl.checkpoint import Checkpointer
 
     workdir = os.fspath(workdir)
     if not os.path.isdir(os.path.join(workdir, CHECKPOINT_SUBDIR)):
         raise FileNotFoundError(f"{workdir}: no checkpoint under checkpoints/")
-    with Checkpointer(workdir, max_to_keep=None) as ckpt:
-        if step is None:
-            step = ckpt.latest_step()
-            if step is None:
-                raise FileNotFoundError(f"{workdir}: no checkpoint under checkpoints/")
+    with Checkpointer(workdir, max_to_keep=None, read_only=True) as ckpt:
         # The optimizer state comes back too (the Checkpointer restores whole trees): dropped below.
-        state, _ = ckpt.restore(step)
+        if step is None:
+            if ckpt.latest_step() is None:
+                raise FileNotFoundError(f"{workdir}: no checkpoint under checkpoints/")
+            step, state, _ = ckpt.restore_newest()
+        else:
+            state, _ = ckpt.restore(step)
     for mode, key in STATE_KEYS.items():
         if key in state:
             return mode, _unwrap_values(state[key]), int(step)
@@ -214,3 +226,89 @@ def load_trained(workdir: str | os.PathLike, *, dtype=None, step: int | None = N
         model = load_model(name, dtype=jnp.dtype(dtype or cfg.get("dtype") or "float32"))
         model = apply_trained_lora(model, cfg, trained)
     return model, load_tokenizer(cfg.get("tokenizer") or name), step
+
+
+class ResumeError(UserError):
+    """A resume with a setting the workdir's checkpoint cannot follow; the message names the setting, both
+    values and the way out."""
+
+
+def run_record(config) -> dict:
+    """What a checkpoint records of the run that wrote it (the trainer saves it as meta["run"]): the prompt file
+    as the config gave it, and the settings the saved arrays' shapes depend on."""
+    return {"prompts": str(config.data.path), "finetune": str(config.finetune),
+            "lora": {"rank": int(config.lora.rank), "targets": [str(t) for t in config.lora.targets]}}
+
+
+def _recorded(meta: dict, workdir: str) -> dict:
+    """meta["run"], or for a checkpoint from before it, the same fields from the run's config.json (written by
+    the run's first start); {} when neither exists."""
+    if isinstance(meta.get("run"), dict):
+        return meta["run"]
+    try:
+        cfg = run_config(workdir)
+    except (OSError, ValueError):
+        return {}
+    lora = cfg.get("lora") or {}
+    return {"prompts": (cfg.get("data") or {}).get("path"), "finetune": cfg.get("finetune", "lora"),
+            "lora": {k: lora[k] for k in ("rank", "targets") if k in lora}}
+
+
+def _fmt(value) -> str:
+    return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else str(value)
+
+
+def check_resume(config, workdir: str | os.PathLike) -> int | None:
+    """The step a run of `config` in `workdir` continues from: its newest intact checkpoint (damaged newer ones
+    are set aside, one warning line each), or None for a fresh run. Reads that checkpoint's meta only.
+
+    Raises ResumeError when the config changes a setting the checkpoint's arrays cannot follow (finetune,
+    lora.rank, lora.targets), naming each with the checkpoint's value and this run's, and DamagedCheckpointError
+    when checkpoints were set aside and none is intact."""
+    from rubric_jax.rl.checkpoint import Checkpointer
+
+    workdir = os.fspath(workdir)
+    if not os.path.isdir(os.path.join(workdir, CHECKPOINT_SUBDIR)):
+        return None
+    with Checkpointer(workdir, max_to_keep=None, read_only=True) as ckpt:
+        step = ckpt.latest_step()
+        if step is None:
+            return None
+        saved = _recorded(ckpt.read_meta(step), workdir)
+    now = run_record(config)
+    changed = []
+    if saved.get("finetune") and saved["finetune"] != now["finetune"]:
+        changed.append(("finetune", saved["finetune"], now["finetune"]))
+    elif now["finetune"] == "lora":
+        was = saved.get("lora") or {}
+        if "rank" in was and int(was["rank"]) != now["lora"]["rank"]:
+            changed.append(("lora.rank", was["rank"], now["lora"]["rank"]))
+        if "targets" in was and sorted(map(str, was["targets"])) != sorted(now["lora"]["targets"]):
+            changed.append(("lora.targets", was["targets"], now["lora"]["targets"]))
+    if changed:
+        before = ", ".join(f"{k}={_fmt(a)}" for k, a, _ in changed)
+        after = ", ".join(f"{k}={_fmt(b)}" for k, _, b in changed)
+        raise ResumeError(f"{workdir}: checkpoint {step} was trained with {before} and this run has {after}, which "
+                          f"the saved {'parameters' if now['finetune'] == 'full' else 'adapters'} and optimizer "
+                          f"state cannot follow: resume with the checkpoint's {' and '.join(k for k, _, _ in changed)},"
+                          f" or start the new setting in another workdir")
+    return step
+
+
+def check_prompts(workdir: str | os.PathLike, step: int, meta: dict, data_state: dict, config) -> None:
+    """Raises ResumeError naming both prompt files when checkpoint `step` (its `meta`) counted its data position
+    in another prompt set than the one of this run's fresh iterator (`data_state`, its `get_state()`): the two
+    fingerprints alone say nothing a user can act on."""
+    saved = meta.get("data") or {}
+    if "records" not in saved or saved.get("records") == data_state.get("records"):
+        return
+    was = _recorded(meta, os.fspath(workdir)).get("prompts")
+    now = str(config.data.path)
+    how = (" (the same file name: the file was edited, or data.task, data.with_constraints or the pacing hold-out "
+           "select other records from it)" if was == now else "")
+    raise ResumeError(
+        f"{os.fspath(workdir)}: checkpoint {step} was trained on the prompts of "
+        f"{repr(was) if was else 'an unrecorded prompt file'} ({saved.get('num_records')} records) and this run reads "
+        f"{now!r} ({data_state.get('num_records')} records), another prompt set{how}: resume with "
+        f"{f'--config.data.path={was}' if was else 'the first prompt file'}, or train on the new prompts in another "
+        f"workdir")

@@ -1,6 +1,8 @@
 """Generation demo: python -m rubric_jax.sampling --prompt "Write a haiku about rain." [--model PATH]
 
 Loads a checkpoint (default: the embedded SmolLM2-135M-Instruct), applies the chat template and samples.
+Sampling settings and --model are checked before the model loads (a bad one: one line on stderr, exit
+status 2; rubric_jax.errors).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ import argparse
 import time
 
 from rubric_jax import load_model, load_tokenizer
+from rubric_jax.errors import UserError, check_model_arg, reported
 from rubric_jax.sampling.api import generate_tokens
+from rubric_jax.sampling.sampler import check_settings
 
 
 def main(argv=None):
@@ -26,6 +30,17 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     args = ap.parse_args(argv)
+    with reported():
+        _sample(args)
+
+
+def _sample(args):
+    try:
+        check_settings(max_new_tokens=args.max_new_tokens, num_samples=args.num_samples,
+                       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+    except UserError as e:
+        raise UserError(f"--{e}") from None  # named as the flag the user typed
+    check_model_arg("--model", args.model)
 
     t0 = time.perf_counter()
     model = load_model(args.model, dtype=args.dtype)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import operator
 from typing import Sequence
 
 import jax
@@ -25,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from rubric_jax.errors import UserError
 from rubric_jax.models.transformer import KVCache, Transformer
 from rubric_jax.sampling.filters import logprob_and_entropy, sample_from_logits
 
@@ -145,6 +148,29 @@ def prompt_keys_for(seed: int | jax.Array, num_prompts: int) -> jax.Array:
     return jax.vmap(lambda b: jax.random.fold_in(key, b))(jnp.arange(num_prompts, dtype=jnp.uint32))
 
 
+def check_settings(*, max_new_tokens: int, num_samples: int = 1, temperature: float = 1.0, top_k: int = 0,
+                   top_p: float = 1.0, min_p: float = 0.0) -> None:
+    """Raises UserError naming the first setting `sample` cannot run; callers check before loading a model."""
+    def bad(name, value, allowed):
+        raise UserError(f"{name}={value}: must be {allowed}")
+
+    def integer(v) -> int | None:
+        try:
+            return None if isinstance(v, bool) else operator.index(v)
+        except TypeError:
+            return None
+
+    for name, v, lo in (("max_new_tokens", max_new_tokens, 1), ("num_samples", num_samples, 1), ("top_k", top_k, 0)):
+        i = integer(v)
+        if i is None or i < lo:
+            bad(name, v, f"an integer >= {lo}" + (" (0 = no top-k filter)" if name == "top_k" else ""))
+    for name, v, ok, allowed in (("temperature", temperature, lambda t: t >= 0, ">= 0 (0 = greedy)"),
+                                 ("top_p", top_p, lambda p: 0 < p <= 1, "in (0, 1]"),
+                                 ("min_p", min_p, lambda p: 0 <= p <= 1, "in [0, 1]")):
+        if not math.isfinite(v) or not ok(v):
+            bad(name, v, allowed)
+
+
 def sample(model: Transformer, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, num_samples: int = 1,
            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
            eos_ids: Sequence[int], pad_id: int, seed: int | jax.Array = 0, prompt_keys: jax.Array | None = None,
@@ -157,10 +183,8 @@ def sample(model: Transformer, prompt_ids: Sequence[Sequence[int]], *, max_new_t
     a caller that splits a batch over processes gets the same samples by passing keys derived from each
     prompt's global index.
     """
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0 or not 0 < top_p <= 1 or not 0 <= min_p <= 1 or top_k < 0:
-        raise ValueError(f"bad sampling settings: temperature={temperature} top_k={top_k} top_p={top_p} min_p={min_p}")
+    check_settings(max_new_tokens=max_new_tokens, num_samples=num_samples, temperature=temperature, top_k=top_k,
+                   top_p=top_p, min_p=min_p)
     tokens, mask = left_pad(prompt_ids, pad_id, prompt_length)
     if prompt_keys is None:
         keys = prompt_keys_for(seed, len(prompt_ids))

@@ -136,8 +136,9 @@ TEMPLATES: dict[str, Template] = {
         reminder="\n\nOn this criterion, is the first or the second response better?",
         cue="The better one is the"),
 }
-# The worse question with a sentence cue, the counterpart of the cue_sentence variant (for the ensemble).
-TEMPLATES["worse_sentence"] = dataclasses.replace(TEMPLATES["worse"], cue="The worse response is Response")
+# The worse question with a sentence cue (the counterpart of cue_sentence) is no template: the engine has it as
+# prompts.WORSE_PROMPT (JudgeConfig.questions="worse"), the "worse" template with the cue
+# "The worse response is Response" (tests/test_judge_readings.py checks the two texts are the same tokens).
 
 
 # Worked examples in the system line (a PromptConfig field, so no engine hook): three solved comparisons of
@@ -174,7 +175,7 @@ FEW_SHOT_ORDER_SYSTEM = FEW_SHOT_SYSTEM.replace(
 class Variant:
     name: str
     about: str
-    prompt: Mapping = dataclasses.field(default_factory=dict)  # PromptConfig overrides
+    prompt: Mapping = dataclasses.field(default_factory=dict)  # PromptConfig / JudgeConfig overrides
     template: str | None = None  # a TEMPLATES key
     invert: bool = False
     members: tuple[str, ...] = ()  # ensemble of other variants
@@ -215,8 +216,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             template="defects"),
     Variant("ordinal", "'the first' / 'the second' response, verdict tokens ' first' / ' second'",
             prompt={"labels": (" first", " second")}, template="ordinal"),
+    # The engine's own readings (JudgeConfig.questions): worse_sentence is prompts.WORSE_PROMPT, the same text
+    # as the "worse" template with a sentence cue (tests/test_judge_readings.py), read inverted by the engine.
     Variant("worse_sentence", "the worse question with the cue 'The worse response is Response'",
-            template="worse_sentence", invert=True),
+            prompt={"questions": "worse"}),
+    Variant("better_worse", "both questions pooled in log-odds, the worse one weighted 3 (questions='both')",
+            prompt={"questions": "both"}),
     Variant("both", "average of colon_cue and worse (two readings per order)", members=("colon_cue", "worse")),
     Variant("both_sentence", "average of cue_sentence and worse_sentence", members=("cue_sentence", "worse_sentence")),
     Variant("cue_pair", "average of cue_sentence and cue_criterion (errors on different kinds)",

@@ -74,8 +74,10 @@ def base_config() -> ml_collections.ConfigDict:
     # a checkpoint (dir / .gguf / embedded name) loaded frozen beside the policy, with its own tokenizer, for every
     # judge of the run (the reward judge, the pacing judge, RARE's scorer, RLMR's verifier; docs/method.md)
     # dtype: that model's weights ("" = config.dtype)
+    # questions: better (default) | worse | both: which pairwise question(s) the judge answers; "both" pools the
+    # two readings, the worse one weighted by worse_weight (JudgeConfig.questions; README, "A judge apart")
     c.judge = ml_collections.ConfigDict(dict(mode="sign", pairing="all", max_response_tokens=1024, model="",
-                                             dtype=""))
+                                             dtype="", questions="better", worse_weight=3.0))
     c.reward = ml_collections.ConfigDict(dict(
         judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,

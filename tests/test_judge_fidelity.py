@@ -258,10 +258,10 @@ def test_variant_registry_and_template_builder(qwen_tokenizer):
         assert b.head("point", [1], [2]) == base.head("point", [1], [2])  # pointwise untouched
         assert not b.segments("pair", True)["tail"].endswith(t.cue)  # generate mode writes its own answer
     judges = jv.make_judges(None, qwen_tokenizer, "both_sentence", model_id="m")  # no weights needed to build
-    assert [inv for _, inv in judges] == [False, True]
+    assert [inv for _, inv in judges] == [False, False]  # the engine reads the worse question inverted itself
     assert judges[0][0].config.prompt.pairwise_cue == "The better response is Response"
-    assert isinstance(judges[1][0].prompts, jv.TemplatePromptBuilder)
-    assert judges[0][0].prompts.fingerprint != judges[1][0].prompts.fingerprint
+    assert [j.config.questions for j, _ in judges] == ["better", "worse"]
+    assert jv.make_judges(None, qwen_tokenizer, "better_worse", model_id="m")[0][0].config.questions == "both"
 
 
 def test_cli_rejects_bad_arguments(tmp_path, capsys):

@@ -20,6 +20,8 @@ GROUP_PAIRINGS = PAIRINGS + ("listwise",)
 
 MODES = ("logit", "sign", "hard", "generate")
 SHARING = ("tree", "none")
+# which pairwise question(s) the judge is asked (JudgeConfig.questions; pair_readout.combine_readings)
+QUESTIONS = ("better", "worse", "both")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -53,6 +55,13 @@ class JudgeConfig:
     gen_top_k: int = 1  # greedy by default
     gen_batch: int = 64  # prompts per sampler call
     gen_ignore_eos: bool = False  # always generate gen_max_new_tokens (benchmarks)
+    # Pairwise question: "better" (the prompt above), "worse" (prompts.WORSE_PROMPT, its verdict read inverted)
+    # or "both": each reading's both-orders probability pooled in log-odds, the worse one weighted by
+    # worse_weight (pair_readout.combine_readings). "both" costs two passes; it lifted Qwen2.5-Coder-1.5B from
+    # 0.58 (better) and 0.86 (worse) to 0.94 on the fidelity study's tuning kinds, where 3.0 is about the ratio
+    # of the better reading's log-odds spread to the worse one's (docs/method.md, "Judge fidelity").
+    questions: str = "better"
+    worse_weight: float = 3.0
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -61,6 +70,15 @@ class JudgeConfig:
             raise ValueError(f"pairing: unknown {self.pairing!r}; expected one of {GROUP_PAIRINGS}")
         if self.sharing not in SHARING:
             raise ValueError(f"sharing: unknown {self.sharing!r}; expected one of {SHARING}")
+        if self.questions not in QUESTIONS:
+            raise ValueError(f"questions: unknown {self.questions!r}; expected one of {QUESTIONS}")
+        if self.questions != "better":
+            # both readings must judge the same pairs, and a verdict must be a probability to be inverted/pooled
+            if self.mode == "generate" or self.pairing in ("swiss", "listwise"):
+                raise ValueError(f"questions={self.questions!r} needs mode logit, sign or hard and pairing all or "
+                                 f"circular (got mode={self.mode!r}, pairing={self.pairing!r})")
+            if not (self.worse_weight > 0 and np.isfinite(self.worse_weight)):
+                raise ValueError(f"worse_weight: must be a positive number, got {self.worse_weight!r}")
         if self.max_shapes < 1:
             raise ValueError(f"max_shapes: must be >= 1, got {self.max_shapes}")
 

@@ -51,9 +51,9 @@ from rubric_jax.judge.common import (GROUP_PAIRINGS, MODES, SHARING, JudgeConfig
                                      PairwiseResult, PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
                                      model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
-from rubric_jax.judge.prompts import PromptBuilder, PromptConfig, SuffixTable
+from rubric_jax.judge.prompts import WORSE_PROMPT, PromptBuilder, PromptConfig, SuffixTable
 from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
-from rubric_jax.judge.pair_readout import gen_pair_vals, pair_result, swiss_standing
+from rubric_jax.judge.pair_readout import combine_readings, gen_pair_vals, pair_result, pooled_vals, swiss_standing
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ class Judge:
         self._shapes: dict[tuple, list] = {}  # compiled call shapes per (kind, verdict ids)
         self._reserved: list[Criterion] = []  # criteria later calls may bring (see reserve)
         self._limits: dict[str, Any] = {}  # kind -> limits function (see set_limits)
+        self._worse: Judge | None = None  # the "worse" reading's judge (config.questions; made when first needed)
 
     @property
     def tokens_per_call(self) -> int:
@@ -143,6 +144,8 @@ class Judge:
         """Declares every criterion later calls may judge (e.g. a curriculum's full list), so the last
         compiled shape is planned to hold all of them at once."""
         self._reserved = as_criteria(criteria)
+        if self._worse is not None:
+            self._worse.reserve(self._reserved)
 
     def set_limits(self, kind: str, limits) -> None:
         """For a kind of sequence this engine does not build itself (listwise group prompts): limits(reserved
@@ -416,6 +419,61 @@ class Judge:
         are non-negative ints, each prompt's global index (e.g. in the step's batch over all processes);
         default range(len(prompts)). Unused by the static pairings.
         """
+        if self.config.questions != "better":
+            return self._pairwise_readings(prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
+                                           sharing=sharing, group_ids=group_ids)
+        return self._pairwise_single(prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
+                                     sharing=sharing, group_ids=group_ids)
+
+    def _worse_judge(self) -> "Judge":
+        """The same model asked for the worse response (prompts.WORSE_PROMPT): its own prompt segments and
+        compiled shapes, this judge's cache (its fingerprint keeps the verdicts apart) and statistics."""
+        if self._worse is None:
+            cfg = dataclasses.replace(self.config, questions="better",
+                                      prompt=dataclasses.replace(self.config.prompt, **WORSE_PROMPT))
+            self._worse = Judge(self.model, self.tokenizer, cfg, model_id=self.model_id, cache=self.cache)
+            self._worse.stats = self.stats
+            self._worse._reserved = self._reserved
+        return self._worse
+
+    def _pairwise_readings(self, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids):
+        """config.questions "worse" or "both": each reading judges the same pairs in both orders (logit
+        verdicts), and `combine_readings` pools them before the mode's readout."""
+        mode = self._mode(mode)
+        pairing = pairing or self.config.pairing
+        if mode == "generate" or pairing in ("swiss", "listwise"):
+            raise ValueError(f"questions={self.config.questions!r} needs mode logit, sign or hard and pairing all "
+                             f"or circular (got mode={mode!r}, pairing={pairing!r})")
+        kw = dict(mode="logit", pairing=pairing, seed=seed, sharing=sharing, group_ids=group_ids)
+        both = self.config.questions == "both"
+        readings = []
+        if both:
+            readings.append((self._pairwise_single(prompts, responses, criteria, **kw), False, 1.0))
+        worse = self._worse_judge()._pairwise_single(prompts, responses, criteria, **kw)
+        readings.append((worse, True, self.config.worse_weight if both else 1.0))
+        out = []
+        for q in range(len(prompts)):
+            rs = [(r[q], invert, w) for r, invert, w in readings]
+            first = rs[0][0]
+            g, _, c = first.p_first.shape
+            judged = np.broadcast_to(first.mask[:, :, None], (g, g, c))
+            z = combine_readings([(r.p_first, r.valid, judged, invert, w) for r, invert, w in rs])
+            res = pair_result(dict(g=g, c=c, vals=pooled_vals(z), mask=first.mask), mode, 0.0)
+            # The pooled verdict is the same in both orders by construction; the health figures (position
+            # preference, unreadable verdicts, order agreement) describe the readings, averaged.
+            for k in ("invalid_fraction", "verdict_entropy", "order_agreement"):
+                res.metrics[k] = float(np.mean([r.metrics[k] for r, _, _ in rs]))
+            valid = np.logical_and.reduce([r.valid for r, _, _ in rs])
+            # per order, P(first wins) is each reading's own (inverted for the worse question), averaged: what
+            # a position preference shows in (the fidelity study's first_win)
+            p_first = np.mean([1.0 - r.p_first if invert else r.p_first for r, invert, _ in rs], axis=0)
+            seen = valid & judged
+            res.metrics["position_bias"] = float(p_first[seen].mean()) if seen.any() else 0.5
+            out.append(dataclasses.replace(res, valid=valid, p_first=p_first.astype(np.float32)))
+        return out
+
+    def _pairwise_single(self, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids):
+        """One reading (this judge's prompt), the body of `pairwise_batch`."""
         t0 = time.perf_counter()
         mode = self._mode(mode)
         pairing = pairing or self.config.pairing

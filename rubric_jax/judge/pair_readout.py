@@ -27,7 +27,7 @@ from rubric_jax.rewards import health
 from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
 
-__all__ = ["gen_pair_vals", "pair_result", "swiss_standing"]
+__all__ = ["combine_readings", "fill_orders", "gen_pair_vals", "pair_result", "pooled_vals", "swiss_standing"]
 
 # the readouts every pairwise result reports a spread for (generate mode has only its parsed verdicts)
 READOUTS = {
@@ -40,6 +40,49 @@ READOUTS = {
 def gen_pair_vals(v: float) -> np.ndarray:
     """Generate-mode verdict index (0 first, 1 second, -1 unreadable) -> [P(first wins), nan, nan]."""
     return np.asarray([{0: 1.0, 1: 0.0}.get(int(v), np.nan), np.nan, np.nan], np.float32)
+
+
+def fill_orders(p_first: np.ndarray, valid: np.ndarray, judged: np.ndarray) -> np.ndarray:
+    """An unreadable order is replaced by what the other order implies (1 - p_first(b, a)); both unreadable,
+    or the pair not judged -> 1/2."""
+    pt = np.swapaxes(p_first, 0, 1)
+    vt = np.swapaxes(valid, 0, 1)
+    filled = np.where(valid, p_first, np.where(vt, 1.0 - pt, 0.5))
+    return np.where(judged, filled, 0.5).astype(np.float32)
+
+
+def combine_readings(readings, eps: float = 1e-6) -> np.ndarray:
+    """Pools several pairwise readings of the same judged pairs (JudgeConfig.questions="both") into one
+    log-odds array z (G, G, C) with z[a, b] = -z[b, a]:
+
+        s_k(a, b) = (f_k(a, b) + 1 - f_k(b, a)) / 2       reading k's both-orders P(a beats b)
+        s_k       -> 1 - s_k                               when reading k asks for the worse response
+        z(a, b)   = sum_k w_k * logit(clip(s_k, eps, 1 - eps))
+
+    with f_k the reading's filled per-order probabilities (`fill_orders`). Each reading cancels its own
+    position preference before pooling, and an unreadable pair (both orders) adds logit(1/2) = 0. With two
+    readings this is a weighted product of experts; w_k is best set inversely to each reading's log-odds
+    spread, so that neither reading drowns the other (docs/method.md, "Judge fidelity").
+
+    readings: [(p_first (G, G, C), valid (G, G, C) bool, judged (G, G, C) bool, invert: bool, weight)].
+    """
+    z = None
+    for p_first, valid, judged, invert, weight in readings:
+        f = fill_orders(np.asarray(p_first, np.float32), np.asarray(valid), np.asarray(judged)).astype(np.float64)
+        s = 0.5 * (f + 1.0 - np.swapaxes(f, 0, 1))
+        if invert:
+            s = 1.0 - s
+        s = np.clip(s, eps, 1.0 - eps)
+        term = float(weight) * np.log(s / (1.0 - s))
+        z = term if z is None else z + term
+    return z
+
+
+def pooled_vals(z: np.ndarray) -> np.ndarray:
+    """Verdict values (G, G, C, 3) whose per-order readout (`pair_result`) is sigmoid(z) with all probability
+    on the two labels: [z, 0, log(1 + e^z)]."""
+    z = np.asarray(z, np.float64)
+    return np.stack([z, np.zeros_like(z), np.logaddexp(z, 0.0)], -1).astype(np.float32)
 
 
 def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:
@@ -60,11 +103,7 @@ def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:
         if min_mass > 0:
             valid &= mass >= math.log(min_mass)
     p_first = np.where(judged, p_first, np.nan).astype(np.float32)
-    # An unreadable order is replaced by what the other order implies; both unreadable -> 0.5.
-    pt = np.swapaxes(p_first, 0, 1)
-    vt = np.swapaxes(valid, 0, 1)
-    filled = np.where(valid, p_first, np.where(vt, 1.0 - pt, 0.5))
-    filled = np.where(judged, filled, 0.5).astype(np.float32)
+    filled = fill_orders(p_first, valid, judged)
     keep = judged | np.eye(g, dtype=bool)[:, :, None]
     # Every readout of the same verdicts, computed once: the chosen one is the result, and the in-group spread
     # each would give (std over the G win rates, mean over criteria; it scales dr_grpo's advantages) is logged

@@ -64,6 +64,19 @@ VERIFY_CUE = "Answer:"
 # accuracy on its tuning degradations with the earlier cue "Better response:" and 0.79 with this one.
 PAIRWISE_CUE = "The better response is Response"
 POINTWISE_CUE = "Score: "
+# The "worse" reading (JudgeConfig.questions): the same layout asking which response is worse, its verdict read
+# inverted. Qwen2.5-Coder-1.5B-Instruct names the first-shown response whatever it reads when asked for the
+# better one (first-position rate 0.85) and leans the other way when asked for the worse one (0.31); the two
+# readings err on different degradations (docs/method.md, "Judge fidelity").
+WORSE_PROMPT = dict(
+    pairwise_system="You compare two responses to a task on one criterion and say which one is worse.",
+    pairwise_question="Which response is worse on the criterion below, the one with more problems? Reply with "
+                      "{L1} or {L2} only.",
+    pairwise_question_gen="Which response is worse on the criterion below? Give one or two sentences of reasons, "
+                          "then a last line of the form \"Answer: {L1}\" or \"Answer: {L2}\".",
+    pairwise_reminder="\n\nOn this criterion, is {L1} or {L2} worse?",
+    pairwise_cue="The worse response is Response",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +93,10 @@ class PromptConfig:
     pointwise_system: str = POINTWISE_SYSTEM
     pairwise_cue: str = PAIRWISE_CUE
     pointwise_cue: str = POINTWISE_CUE
+    # the pairwise question between the responses and the criterion ({L1} {L2}: the labels), and its generate-
+    # mode form (a reason, then an answer line)
+    pairwise_question: str = PAIRWISE_QUESTION
+    pairwise_question_gen: str = PAIRWISE_QUESTION_GEN
     # A short restatement of the question right after the criterion (inside each criterion's suffix):
     # small judges weigh what they read last. "" drops it.
     pairwise_reminder: str = PAIRWISE_REMINDER
@@ -170,7 +187,7 @@ class PromptBuilder:
             seg0, seg1, seg3, tail = _split(text, ["PROMPT", "R1", "CRIT"])
             seg2 = ""
         elif kind == "pair":
-            q = (PAIRWISE_QUESTION_GEN if generate else PAIRWISE_QUESTION).format(L1=l1, L2=l2)
+            q = (cfg.pairwise_question_gen if generate else cfg.pairwise_question).format(L1=l1, L2=l2)
             user = PAIRWISE_USER.format(N1=l1, N2=l2, QUESTION=q, **_S)
             text = self._render(cfg.pairwise_system, user, "" if generate else cfg.pairwise_cue)
             seg0, seg1, seg2, seg3, tail = _split(text, ["PROMPT", "R1", "R2", "CRIT"])
@@ -223,7 +240,7 @@ class PromptBuilder:
         return tuple(resp_ids) + self.segments("pair", generate)["seg3"]
 
 
-__all__ = ["PromptConfig", "PromptBuilder", "SuffixTable", "VerdictTokenError", "verdict_token_ids", "digit_token_ids",
+__all__ = ["WORSE_PROMPT", "PromptConfig", "PromptBuilder", "SuffixTable", "VerdictTokenError", "verdict_token_ids", "digit_token_ids",
            "pairwise_criterion_text", "pointwise_criterion_text"]
 
 

@@ -188,8 +188,7 @@ def build(config) -> Setup:
     base_graph, base_state = nnx.split(base)
     base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
     judge_model, judge_tokenizer = load_judge(config, name, base_local, tokenizer, hosts)
-    judge = Judge(judge_model, judge_tokenizer, JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing),
-                  max_response_tokens=config.judge.max_response_tokens)
+    judge = Judge(judge_model, judge_tokenizer, judge_config(config), max_response_tokens=config.judge.max_response_tokens)
     if judged and not per_prompt:
         judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
     # One prompt width for the whole run (one sampler program): the rung of the longest prompt it can draw, or
@@ -222,11 +221,18 @@ def build(config) -> Setup:
         # compiled shapes from the training judge's budget. A reading averages win rates over prompts, so it reads
         # soft verdicts (logit) unless the training judge generates: discrete ones only add noise to a mean.
         pacing_mode = "generate" if config.judge.mode == "generate" else "logit"
-        setup.pacing_judge = Judge(judge_model, judge_tokenizer, JudgeConfig(mode=pacing_mode, pairing="all"),
+        setup.pacing_judge = Judge(judge_model, judge_tokenizer, judge_config(config, mode=pacing_mode, pairing="all"),
                                    max_response_tokens=config.judge.max_response_tokens)
     if reward_cfg.exploration_coef:
         setup.set_exploration(config.seed)
     return setup
+
+
+def judge_config(config, **over) -> JudgeConfig:
+    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself)."""
+    j = config.judge
+    fields = dict(mode=j.mode, pairing=j.pairing, questions=j.questions, worse_weight=float(j.worse_weight))
+    return JudgeConfig(**{**fields, **over})
 
 
 def load_judge(config, name: str, base_local, tokenizer, hosts: Hosts):

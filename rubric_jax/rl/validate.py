@@ -231,14 +231,15 @@ def _mesh(spec: str) -> None:
 
 def _sections(config) -> None:
     # Imported here: these modules pull in JAX programs that `check` itself does not need.
-    from rubric_jax.judge import JudgeConfig  # noqa: PLC0415
     from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
     from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
     from rubric_jax.rl.reward import RewardConfig  # noqa: PLC0415
     from rubric_jax.rl.rlmr_phase import RlmrConfig  # noqa: PLC0415
 
     _section(config, "reward", lambda: RewardConfig(**config.reward.to_dict()))
-    _section(config, "judge", lambda: JudgeConfig(mode=config.judge.mode, pairing=config.judge.pairing))
+    from rubric_jax.rl.setup import judge_config  # noqa: PLC0415
+
+    _section(config, "judge", lambda: judge_config(config))
     if config.judge.pairing == "listwise":
         # listwise gives win rates of a group; pointwise scoring (absolute, RARE) has no group to list
         judging = config.reward.judging

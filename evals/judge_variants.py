@@ -195,8 +195,10 @@ class Variant:
 # cue_pair (tuning only): 0.76 (shuffled 0.50, truncated 1.00, repeated 0.78).
 # Qwen2.5-Coder-1.5B-Instruct (tuning kinds, logit, first 12 pairs per kind): baseline 0.58 (shuffled 0.50,
 # truncated 1.00, repeated 0.25; first_win 0.85), worse_sentence 0.86 (0.83, 0.78, 0.97; first_win 0.31); on the
-# first 4 pairs per kind defects 0.44, few_shot 0.58. Held-out kinds with worse_sentence (run once, after the
-# choice): 0.49 (off-topic 0.79, constraint-violating 0.80, close 0.09).
+# first 4 pairs per kind defects 0.44, few_shot 0.58; pointwise 0.63; better_worse (the two readings pooled,
+# chosen here) 0.94 (0.89, 0.94, 1.00). Held-out kinds, read after the choices: baseline 0.61 (off-topic 1.00,
+# constraint-violating 0.50, close 0.39), worse_sentence 0.49 (0.79, 0.80, 0.09), better_worse 0.57 (1.00, 0.70,
+# 0.18).
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("baseline", "the engine's default pairwise prompt (JudgeConfig())"),
     Variant("colon_cue", "the default before the fidelity study: answer cue 'Better response:'",

@@ -255,7 +255,10 @@ def _recorded(meta: dict, workdir: str) -> dict:
 
 
 def _fmt(value) -> str:
-    return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else str(value)
+    # a mode is quoted as the config file spells it (finetune='full'); lists and numbers read as written
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def check_resume(config, workdir: str | os.PathLike) -> int | None:
@@ -288,10 +291,10 @@ def check_resume(config, workdir: str | os.PathLike) -> int | None:
     if changed:
         before = ", ".join(f"{k}={_fmt(a)}" for k, a, _ in changed)
         after = ", ".join(f"{k}={_fmt(b)}" for k, _, b in changed)
+        arrays = "parameters" if saved.get("finetune", now["finetune"]) == "full" else "adapters"
         raise ResumeError(f"{workdir}: checkpoint {step} was trained with {before} and this run has {after}, which "
-                          f"the saved {'parameters' if now['finetune'] == 'full' else 'adapters'} and optimizer "
-                          f"state cannot follow: resume with the checkpoint's {' and '.join(k for k, _, _ in changed)},"
-                          f" or start the new setting in another workdir")
+                          f"the saved {arrays} and optimizer state cannot follow: resume with the checkpoint's "
+                          f"{' and '.join(k for k, _, _ in changed)}, or start the new setting in another workdir")
     return step
 
 

@@ -28,6 +28,14 @@ QUESTIONS = ("better", "worse", "both")
 # Configuration, statistics, results
 
 
+def check_questions(questions: str, mode: str, pairing: str) -> None:
+    """The worse and pooled readings need the same pairs judged by both questions (no Swiss rounds, no listwise
+    sequences) and probabilities to invert and pool (no generate mode)."""
+    if questions != "better" and (mode == "generate" or pairing in ("swiss", "listwise")):
+        raise ValueError(f"questions={questions!r} needs mode logit, sign or hard and pairing all or circular (got "
+                         f"mode={mode!r}, pairing={pairing!r})")
+
+
 @dataclasses.dataclass(frozen=True)
 class JudgeConfig:
     prompt: PromptConfig = PromptConfig()
@@ -73,10 +81,7 @@ class JudgeConfig:
         if self.questions not in QUESTIONS:
             raise ValueError(f"questions: unknown {self.questions!r}; expected one of {QUESTIONS}")
         if self.questions != "better":
-            # both readings must judge the same pairs, and a verdict must be a probability to be inverted/pooled
-            if self.mode == "generate" or self.pairing in ("swiss", "listwise"):
-                raise ValueError(f"questions={self.questions!r} needs mode logit, sign or hard and pairing all or "
-                                 f"circular (got mode={self.mode!r}, pairing={self.pairing!r})")
+            check_questions(self.questions, self.mode, self.pairing)
             if not (self.worse_weight > 0 and np.isfinite(self.worse_weight)):
                 raise ValueError(f"worse_weight: must be a positive number, got {self.worse_weight!r}")
         if self.max_shapes < 1:

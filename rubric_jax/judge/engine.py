@@ -49,11 +49,11 @@ from rubric_jax.judge import forward
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest, digest
 from rubric_jax.judge.common import (GROUP_PAIRINGS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
                                      PairwiseResult, PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
-                                     model_fingerprint, pow2, pow2_floor)
+                                     check_questions, model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
 from rubric_jax.judge.prompts import WORSE_PROMPT, PromptBuilder, PromptConfig, SuffixTable
 from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
-from rubric_jax.judge.pair_readout import combine_readings, gen_pair_vals, pair_result, pooled_vals, swiss_standing
+from rubric_jax.judge.pair_readout import gen_pair_vals, pair_result, pooled_result, swiss_standing
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 log = logging.getLogger(__name__)
@@ -441,9 +441,7 @@ class Judge:
         verdicts), and `combine_readings` pools them before the mode's readout."""
         mode = self._mode(mode)
         pairing = pairing or self.config.pairing
-        if mode == "generate" or pairing in ("swiss", "listwise"):
-            raise ValueError(f"questions={self.config.questions!r} needs mode logit, sign or hard and pairing all "
-                             f"or circular (got mode={mode!r}, pairing={pairing!r})")
+        check_questions(self.config.questions, mode, pairing)  # a call may override the config's mode/pairing
         kw = dict(mode="logit", pairing=pairing, seed=seed, sharing=sharing, group_ids=group_ids)
         both = self.config.questions == "both"
         readings = []
@@ -451,26 +449,7 @@ class Judge:
             readings.append((self._pairwise_single(prompts, responses, criteria, **kw), False, 1.0))
         worse = self._worse_judge()._pairwise_single(prompts, responses, criteria, **kw)
         readings.append((worse, True, self.config.worse_weight if both else 1.0))
-        out = []
-        for q in range(len(prompts)):
-            rs = [(r[q], invert, w) for r, invert, w in readings]
-            first = rs[0][0]
-            g, _, c = first.p_first.shape
-            judged = np.broadcast_to(first.mask[:, :, None], (g, g, c))
-            z = combine_readings([(r.p_first, r.valid, judged, invert, w) for r, invert, w in rs])
-            res = pair_result(dict(g=g, c=c, vals=pooled_vals(z), mask=first.mask), mode, 0.0)
-            # The pooled verdict is the same in both orders by construction; the health figures (position
-            # preference, unreadable verdicts, order agreement) describe the readings, averaged.
-            for k in ("invalid_fraction", "verdict_entropy", "order_agreement"):
-                res.metrics[k] = float(np.mean([r.metrics[k] for r, _, _ in rs]))
-            valid = np.logical_and.reduce([r.valid for r, _, _ in rs])
-            # per order, P(first wins) is each reading's own (inverted for the worse question), averaged: what
-            # a position preference shows in (the fidelity study's first_win)
-            p_first = np.mean([1.0 - r.p_first if invert else r.p_first for r, invert, _ in rs], axis=0)
-            seen = valid & judged
-            res.metrics["position_bias"] = float(p_first[seen].mean()) if seen.any() else 0.5
-            out.append(dataclasses.replace(res, valid=valid, p_first=p_first.astype(np.float32)))
-        return out
+        return [pooled_result([(r[q], invert, w) for r, invert, w in readings], mode) for q in range(len(prompts))]
 
     def _pairwise_single(self, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids):
         """One reading (this judge's prompt), the body of `pairwise_batch`."""

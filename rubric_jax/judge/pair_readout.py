@@ -15,6 +15,7 @@ opponents (`rewards.win_rates`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -27,7 +28,7 @@ from rubric_jax.rewards import health
 from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
 
-__all__ = ["combine_readings", "fill_orders", "gen_pair_vals", "pair_result", "pooled_vals", "swiss_standing"]
+__all__ = ["combine_readings", "fill_orders", "gen_pair_vals", "pair_result", "pooled_result", "pooled_vals", "swiss_standing"]
 
 # the readouts every pairwise result reports a spread for (generate mode has only its parsed verdicts)
 READOUTS = {
@@ -83,6 +84,26 @@ def pooled_vals(z: np.ndarray) -> np.ndarray:
     on the two labels: [z, 0, log(1 + e^z)]."""
     z = np.asarray(z, np.float64)
     return np.stack([z, np.zeros_like(z), np.logaddexp(z, 0.0)], -1).astype(np.float32)
+
+
+def pooled_result(readings, mode: str) -> PairwiseResult:
+    """One group's result from several readings of it, [(PairwiseResult in logit mode, invert, weight)]: the
+    pooled verdicts (`combine_readings`) read out by `mode`. The pooled verdict is the same in both orders by
+    construction, so the health figures describe the readings: per order, P(first wins) is each reading's own
+    (inverted for the worse question) averaged, which is where a position preference shows (the fidelity
+    study's first_win); unreadable verdicts, entropy and order agreement are the readings' mean."""
+    first = readings[0][0]
+    g, _, c = first.p_first.shape
+    judged = np.broadcast_to(first.mask[:, :, None], (g, g, c))
+    z = combine_readings([(r.p_first, r.valid, judged, invert, w) for r, invert, w in readings])
+    res = pair_result(dict(g=g, c=c, vals=pooled_vals(z), mask=first.mask), mode, 0.0)
+    for k in ("invalid_fraction", "verdict_entropy", "order_agreement"):
+        res.metrics[k] = float(np.mean([r.metrics[k] for r, _, _ in readings]))
+    valid = np.logical_and.reduce([r.valid for r, _, _ in readings])
+    p_first = np.mean([1.0 - r.p_first if invert else r.p_first for r, invert, _ in readings], axis=0)
+    seen = valid & judged
+    res.metrics["position_bias"] = float(p_first[seen].mean()) if seen.any() else 0.5
+    return dataclasses.replace(res, valid=valid, p_first=p_first.astype(np.float32))
 
 
 def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:

@@ -19,7 +19,7 @@ Two ways in:
     python -m evals.ifeval --input_data=INPUT.jsonl --responses=RESPONSES.jsonl --out=DIR
   generate with any model spec of evals.run (cached answers), then score:
     python -m evals.ifeval --models=name=spec,name2=spec2 [--input_data=FILE] --out=DIR [--limit=N]
-      [--max_new_tokens=256] [--temperature=0] [--seed=0]
+      [--max_new_tokens=256] [--temperature=0] [--seed=0] [--bootstrap=10000] [--bootstrap_seed=0]
 
 Input lines are IFEval's public format `{"key", "prompt", "instruction_id_list", "kwargs"}` (one kwargs
 dict per instruction; null values are ignored, as IFEval does); the default input is the bundled
@@ -30,6 +30,15 @@ instruction_id_list, response, follow_all_instructions, follow_instruction_list;
 responses file, in DIR/<name>/ per model), and `ifeval.json` / `ifeval.md` in DIR with the accuracy table
 (one row per model) and per-instruction-id and per-category accuracies. Generation is greedy by default,
 as in the paper's evaluation, so a model's score does not depend on sampling luck.
+
+With two or more models, every model after the first is compared with the first (`--models=base=...,
+trained=...`: trained - base) on each of the four accuracies: the difference and its paired percentile
+bootstrap interval (95%, `--bootstrap` resamples, seed `--bootstrap_seed`), which redraws prompts with
+replacement and scores both models on the same draw, so what the prompts have in common (some are hard for
+any model) cancels out of the spread. Instruction-level differences are ratios over the drawn prompts' own
+instructions, as the accuracy itself pools them. They are in ifeval.json under "comparisons", in ifeval.md
+and in the printed table; `paired_bootstrap` and `scores_from_results` recompute them from any two models'
+eval_results files.
 """
 
 from __future__ import annotations
@@ -43,11 +52,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from rubric_jax.verifiers import INSTRUCTION_IDS, follow_instructions, validate_kwargs
 
 DEFAULT_INPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ifeval_prompts.jsonl")
 ACCURACIES = ("prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc", "inst_level_loose_acc")
 COLUMNS = ("prompt strict", "inst strict", "prompt loose", "inst loose")
+CONFIDENCE = 0.95
 # The fields of IFEval's own eval_results_*.jsonl lines, in its order, so that its tooling reads ours.
 RESULT_FIELDS = ("instruction_id_list", "prompt", "response", "follow_all_instructions", "follow_instruction_list")
 
@@ -248,6 +260,85 @@ def pool(summaries: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Paired comparison
+
+
+def prompt_scores(rows_strict: Sequence[Mapping], rows_loose: Sequence[Mapping]) -> dict[str, Any]:
+    """Per-prompt figures of one model's eval_results rows (strict and loose, same prompts in the same order):
+    for each of ACCURACIES a numerator per prompt (prompt level: 1 if every instruction is followed; instruction
+    level: the number followed), "n_instructions" (the instruction-level denominator per prompt) and
+    "prompts" (their texts, which a comparison checks are the other model's)."""
+    if len(rows_strict) != len(rows_loose):
+        raise IFEvalError(f"{len(rows_strict)} strict rows but {len(rows_loose)} loose rows")
+    out = {"n_instructions": np.asarray([len(r["follow_instruction_list"]) for r in rows_strict], np.float64)}
+    for mode, rows in (("strict", rows_strict), ("loose", rows_loose)):
+        out[f"prompt_level_{mode}_acc"] = np.asarray([bool(r["follow_all_instructions"]) for r in rows], np.float64)
+        out[f"inst_level_{mode}_acc"] = np.asarray([sum(map(bool, r["follow_instruction_list"])) for r in rows],
+                                                   np.float64)
+    out["prompts"] = [r["prompt"] for r in rows_strict]
+    return out
+
+
+def pool_scores(members: Sequence[dict]) -> dict:
+    """A '+' contestant's per-prompt figures: each numerator averaged over its members (same prompts), so the
+    pooled accuracy is `pool`'s."""
+    if len(members) == 1:
+        return members[0]
+    out = {k: np.mean([m[k] for m in members], axis=0) for k in ACCURACIES}
+    out["n_instructions"], out["prompts"] = members[0]["n_instructions"], members[0]["prompts"]
+    return out
+
+
+def scores_from_results(directory: str) -> dict:
+    """`prompt_scores` of the eval_results_strict.jsonl / eval_results_loose.jsonl this module wrote in
+    `directory` (a model's folder of --out)."""
+    rows = {}
+    for mode in ("strict", "loose"):
+        rows[mode] = [rec for _, rec in _json_lines(os.path.join(directory, f"eval_results_{mode}.jsonl"))]
+    return prompt_scores(rows["strict"], rows["loose"])
+
+
+def paired_bootstrap(base: Mapping, other: Mapping, *, resamples: int = 10_000, seed: int = 0,
+                     confidence: float = CONFIDENCE) -> dict[str, dict]:
+    """other - base on each of ACCURACIES, with a paired percentile bootstrap interval.
+
+    base, other: `prompt_scores` (or `pool_scores`) of two models on the same prompts in the same order. Each
+    of `resamples` replicates draws the prompts' indices with replacement once and scores both models on that
+    draw: prompt level, the mean of the per-prompt differences; instruction level, the difference in followed
+    instructions over the drawn prompts' instruction count. Returns {accuracy: {"difference", "low", "high"}}
+    (fractions; low and high nan with resamples = 0); the same seed gives the same intervals."""
+    n = len(base["n_instructions"])
+    if n == 0 or len(other["n_instructions"]) != n or not np.array_equal(base["n_instructions"],
+                                                                          other["n_instructions"]):
+        raise IFEvalError("a paired comparison needs both models scored on the same prompts")
+    if "prompts" in base and "prompts" in other and list(base["prompts"]) != list(other["prompts"]):
+        raise IFEvalError("a paired comparison needs both models' prompts in the same order")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(resamples, n)) if resamples > 0 else None
+    q = (1.0 - confidence) / 2.0
+    out = {}
+    for acc in ACCURACIES:
+        diff = np.asarray(other[acc], np.float64) - np.asarray(base[acc], np.float64)
+        den = base["n_instructions"] if acc.startswith("inst_") else np.ones(n)
+        entry = {"difference": float(diff.sum() / den.sum()), "low": float("nan"), "high": float("nan")}
+        if idx is not None:
+            reps = diff[idx].sum(axis=1) / den[idx].sum(axis=1)
+            entry["low"], entry["high"] = (float(x) for x in np.quantile(reps, [q, 1.0 - q]))
+        out[acc] = entry
+    return out
+
+
+def comparisons(scores: Mapping[str, dict], *, resamples: int, seed: int,
+                confidence: float = CONFIDENCE) -> dict[str, dict]:
+    """{"<name> - <first>": paired_bootstrap(first, name)} for every model after the first, in order."""
+    names = list(scores)
+    return {f"{n} - {names[0]}": paired_bootstrap(scores[names[0]], scores[n], resamples=resamples, seed=seed,
+                                                  confidence=confidence) for n in names[1:]}
+
+
+# ---------------------------------------------------------------------------------------------
 # Writing
 
 
@@ -282,6 +373,20 @@ def accuracy_table(models: Mapping[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _signed_pct(x: float) -> str:
+    return "–" if x != x else f"{100 * x:+.1f}"
+
+
+def comparison_table(comps: Mapping[str, dict]) -> str:
+    """The markdown table of `comparisons`: per pair, each accuracy's difference in points and its interval."""
+    lines = ["| difference | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
+    for name, c in comps.items():
+        cells = [f"{_signed_pct(c[a]['difference'])} [{_signed_pct(c[a]['low'])}, {_signed_pct(c[a]['high'])}]"
+                 for a in ACCURACIES]
+        lines.append(f"| {_md_name(name)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _breakdown_table(models: Mapping[str, dict], part: str, label: str) -> str:
     names = list(models)
     groups: list[str] = []
@@ -301,13 +406,21 @@ def _breakdown_table(models: Mapping[str, dict], part: str, label: str) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(models: Mapping[str, dict], *, title: str, meta: Mapping[str, Any]) -> str:
+def render_markdown(models: Mapping[str, dict], *, title: str, meta: Mapping[str, Any],
+                    comps: Mapping[str, dict] | None = None) -> str:
     out = [f"# {title}", "",
            "Accuracy in percent. Prompt-level: every instruction of a prompt followed; instruction-level: "
            "share of all instructions followed. Loose also accepts the response without its first and/or last "
            "line or without markdown `*` (Zhou et al., 2023, arXiv:2311.07911).", "",
-           accuracy_table(models), "",
-           "## Per instruction (instruction-level accuracy, %)", "",
+           accuracy_table(models), ""]
+    if comps:
+        boot = meta.get("bootstrap", {})
+        out += ["## Paired differences (points)", "",
+                f"Each model minus the first on the same prompts, with the {100 * boot.get('confidence', CONFIDENCE):g}%"
+                f" paired bootstrap interval ({boot.get('resamples', '?')} resamples of the prompts, seed "
+                f"{boot.get('seed', '?')}). An interval that excludes 0 is a difference the prompts support.", "",
+                comparison_table(comps), ""]
+    out += ["## Per instruction (instruction-level accuracy, %)", "",
            _breakdown_table(models, "per_instruction", "instruction"), "",
            "## Per category (instruction-level accuracy, %)", "",
            _breakdown_table(models, "per_category", "category"), "",
@@ -315,14 +428,19 @@ def render_markdown(models: Mapping[str, dict], *, title: str, meta: Mapping[str
     return "\n".join(out)
 
 
-def write_report(models: Mapping[str, dict], out_dir: str, *, title: str, meta: Mapping[str, Any]) -> dict:
-    """ifeval.json ({"eval": meta, "models": {name: summary}}) and ifeval.md in out_dir; returns the paths."""
+def write_report(models: Mapping[str, dict], out_dir: str, *, title: str, meta: Mapping[str, Any],
+                 comps: Mapping[str, dict] | None = None) -> dict:
+    """ifeval.json ({"eval": meta, "models": {name: summary}}, and "comparisons" when `comps` has any) and
+    ifeval.md in out_dir; returns the paths."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"ifeval.json": os.path.join(out_dir, "ifeval.json"), "ifeval.md": os.path.join(out_dir, "ifeval.md")}
+    report: dict[str, Any] = {"eval": dict(meta), "models": dict(models)}
+    if comps:
+        report["comparisons"] = dict(comps)
     with open(paths["ifeval.json"], "w", encoding="utf-8") as f:
-        json.dump({"eval": dict(meta), "models": dict(models)}, f, indent=2, ensure_ascii=False)
+        json.dump(report, f, indent=2, ensure_ascii=False)
     with open(paths["ifeval.md"], "w", encoding="utf-8") as f:
-        f.write(render_markdown(models, title=title, meta=meta))
+        f.write(render_markdown(models, title=title, meta=meta, comps=comps))
     return paths
 
 
@@ -387,8 +505,9 @@ def generate_and_score(args) -> dict:
     members = load_contestants(contestants, cache_dir, announce=True)
     prompts = [ex.prompt for ex in inputs]
     models: dict[str, dict] = {}
+    scores: dict[str, dict] = {}
     for name, ms in members.items():
-        per_member = []
+        per_member, member_scores = [], []
         for k, m in enumerate(ms):
             answers = generate_answers(m, prompts, seed=args.seed, settings=settings, cache_dir=cache_dir,
                                        batch_size=args.batch_size, progress=not args.quiet,
@@ -399,14 +518,20 @@ def generate_and_score(args) -> dict:
             write_eval_results(result, sub)
             write_responses(prompts, answers, os.path.join(sub, "responses.jsonl"))
             per_member.append(summary(result))
+            member_scores.append(prompt_scores(result["eval_results_strict"], result["eval_results_loose"]))
         models[name] = pool(per_member)
+        scores[name] = pool_scores(member_scores)
     meta = {"mode": "models", "input_data": os.path.abspath(path), "prompts": len(inputs), "seed": args.seed,
             "generation": settings.key(),
             "models": {n: [{"spec": m.spec.label, "kind": m.spec.kind, "fingerprint": m.fingerprint} for m in ms]
                        for n, ms in members.items()}}
+    comps = {}
+    if len(scores) > 1:
+        meta["bootstrap"] = {"resamples": args.bootstrap, "seed": args.bootstrap_seed, "confidence": CONFIDENCE}
+        comps = comparisons(scores, resamples=args.bootstrap, seed=args.bootstrap_seed)
     title = args.title or f"IFEval: {', '.join(models)} ({len(inputs)} prompts)"
-    write_report(models, args.out, title=title, meta=meta)
-    return {"eval": meta, "models": models}
+    write_report(models, args.out, title=title, meta=meta, comps=comps)
+    return {"eval": meta, "models": models, "comparisons": comps}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,6 +553,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top_k", type=int, default=0)
     p.add_argument("--top_p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bootstrap", type=int, default=10_000,
+                   help="--models with 2+ models: paired bootstrap resamples of the prompts (0: no interval)")
+    p.add_argument("--bootstrap_seed", type=int, default=0)
     p.add_argument("--batch_size", type=int, default=8, help="prompts per sampler call")
     p.add_argument("--cache_dir", default=os.environ.get("RUBRIC_JAX_EVAL_CACHE", "~/.cache/rubric_jax/evals"),
                    help="answers and file hashes are cached here (shared with evals.run)")
@@ -446,8 +574,9 @@ def main(argv=None) -> int:
         print("error: give exactly one of --models (generate and score) or --responses (score a file)",
               file=sys.stderr)
         return 2
-    if args.limit < 0 or args.max_new_tokens < 1 or args.batch_size < 1 or args.temperature < 0:
-        print("error: --limit >= 0, --max_new_tokens >= 1, --batch_size >= 1, --temperature >= 0", file=sys.stderr)
+    if args.limit < 0 or args.max_new_tokens < 1 or args.batch_size < 1 or args.temperature < 0 or args.bootstrap < 0:
+        print("error: --limit >= 0, --max_new_tokens >= 1, --batch_size >= 1, --temperature >= 0, --bootstrap >= 0",
+              file=sys.stderr)
         return 2
     try:
         report = generate_and_score(args) if args.models else score_responses(args)
@@ -455,6 +584,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(accuracy_table(report["models"]), flush=True)
+    if report.get("comparisons"):
+        print(comparison_table(report["comparisons"]), flush=True)
     print(f"(written to {os.path.join(args.out, 'ifeval.md')} and ifeval.json)", flush=True)
     return 0
 

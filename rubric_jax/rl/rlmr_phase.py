@@ -5,7 +5,8 @@ in rubric_jax.rewards.rlmr and docs/method.md. Per group of G rollouts of one pr
 
   writing reward r   rlmr.writing = "absolute": the self-judge's pointwise rubric score (normalised to [0, 1]);
                      "pairwise": the self-judge's win rate; "reward_model": a sequence-classification reward
-                     model's raw score (rlmr.reward_model, a checkpoint directory)
+                     model's raw score (rlmr.reward_model, a checkpoint directory); "none": 0 for every rollout
+                     and the judge never runs (with mix="linear", a = 0: the verifier is the whole reward)
   verifier           violate_i = rollout i breaks at least one of the prompt's constraints
                      (rubric_jax.verifiers: programs and the LLM verifier); with reward.verifier_flip = p each
                      flag is flipped with probability p (label noise, the review's falsifier)
@@ -32,7 +33,7 @@ from rubric_jax.verifiers.verifier import ConstraintVerifier
 
 log = logging.getLogger(__name__)
 
-WRITING = ("absolute", "pairwise", "reward_model")
+WRITING = ("absolute", "pairwise", "reward_model", "none")
 MIXES = ("penalty", "linear")
 TYPES = tuple(sorted(KINDS))  # fixed order: per-type counts are rows that pool across processes
 
@@ -114,6 +115,8 @@ def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], respon
         flat_r = [x for rs in responses for x in rs]
         r_w = score_texts(model, tok, flat_p, flat_r, batch_size=cfg.reward_model_batch).reshape(len(prompts), -1)
         rows: dict[str, Any] = {}
+    elif cfg.writing == "none":
+        r_w, rows = np.zeros((len(responses), len(responses[0]) if responses else 0), np.float32), {}
     else:
         r_w, judge_rows = writing_fn(prompts, responses)
         rows = {"judge": judge_rows}

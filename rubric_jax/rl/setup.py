@@ -135,7 +135,8 @@ def build(config) -> Setup:
                                    f"reward.curriculum=False")
     default_rubric = load_rubric(config.rubric) if config.rubric else None
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
-    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr" and config.rlmr.writing == "reward_model")
+    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr"
+                                                   and config.rlmr.writing in ("reward_model", "none"))
     if judged and not per_prompt and not criteria:
         raise validate.ConfigError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a "
                                    f"rubric")
@@ -335,7 +336,7 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
         pairs = pairs_per_group(cfg.judge.pairing, cfg.group_size)
         lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {pairs} pairs x 2 orders x <= {c} "
                      f"criteria = <= {cfg.prompts_per_step * pairs * 2 * c} verdicts ({cfg.judge.mode} mode)")
-    elif c and judging in ("absolute", "rlmr"):
+    elif c and (judging == "absolute" or (judging == "rlmr" and cfg.rlmr.writing in ("absolute", "pairwise"))):
         lines.append(f"judge per step: {rollouts} responses x {c} criteria = {rollouts * c} scores "
                      f"({cfg.judge.mode} mode)")
     elif judging == "rare":

@@ -1,0 +1,86 @@
+"""IFEval-style instruction following learnt from a program's verdicts alone: no judge trains or scores it.
+
+The embedded SmolLM2-135M-Instruct is trained with GRPO + LoRA where the only reward is RLMR's constraint
+verifier (docs/method.md §4; `configs/verifier_only.py` has the same reward but still has the judge score the
+writing, for the log; here rlmr.writing="none" and the judge never runs): 1 when a rollout keeps every
+instruction of its prompt, 0 otherwise, every verdict IFEval's own checker (`rubric_jax.verifiers.ifeval`,
+strict). The prompts are `rubric_jax/data/ifeval_train.jsonl`: 169 prompts made
+by `rubric_jax.data.ifeval_train` from 42 task stems and 8 yes/no questions written for it x 24 of IFEval's 25
+instruction ids, one instruction on most prompts and two on the rest, disjoint from the 132 prompts that
+`python -m evals.ifeval` scores. The result is then measured by a program too:
+
+  python -m rubric_jax.main --config=configs/learn_ifeval.py --workdir=/tmp/learn_ifeval
+  python -m evals.ifeval --models=base=smollm2-135m-instruct,trained=/tmp/learn_ifeval --out=/tmp/learn_ifeval_eval
+  python -m rubric_jax.main --config=configs/learn_ifeval.py:tiny --workdir=/tmp/learn_ifeval_tiny   # smoke run
+
+The evaluation's `ifeval.md` / `ifeval.json` give both models' strict and loose accuracies, per instruction id,
+and the paired bootstrap interval of trained minus base (resampling the same prompts for both).
+
+Sized for a 2-core CPU: the training run and that evaluation together should take under 25 minutes. Measured
+on 2 cores shared with another job (load average 3-7, so read these as upper bounds): the first step 128 s
+(26 s of it compiling), later steps 58-75 s, the evaluation ~33 s per batch of 8 answers of <= 256 tokens (17
+batches per model). On 2 free cores that is about 80 s to start, ~45 s per step and ~11 minutes of evaluation
+for both models, about 21 minutes in all; raise --config.steps where the machine is faster. The choices:
+
+  - 2 prompts x G = 8 rollouts per step, 12 steps. G = 8 because the reward is binary: with a pass rate p a
+    group has a learning signal only when it is mixed, 1 - p^8 - (1-p)^8 (0.83 at p = 0.2, 0.57 at p = 0.1),
+    where G = 4 leaves 41-66% of groups flat.
+  - dynamic sampling with at most one refill (DAPO, as the RLMR configs): a flat group has zero advantage but
+    costs as much in the update as a mixed one, and on a CPU the update (~2/3 of a step) costs about twice the
+    sampling of a batch, so one more batch of rollouts is the cheaper way to fill the update with signal.
+  - completions <= 160 tokens: IFEval answers that keep their instructions are short, and a rollout cut off
+    before its end cannot keep an ending, a postscript or a closing quote, so the cap rewards finishing (the
+    evaluation allows 256); the longest word count a training prompt asks for is 100 words.
+  - temperature 1.0 (top-k 20, top-p 0.8 as the RLMR configs): diverse groups, while the truncation keeps a
+    135M model's text from dissolving; the evaluation itself is greedy.
+  - LoRA r = 16, alpha = 32, no dropout, lr 2e-4 constant after 2 warmup steps: AdamW moves each adapter
+    weight by about lr per step, and 12 steps is all there is; a LoRA rate some ten times a full fine-tune's is
+    the usual range. Dropout would make the update's log-probabilities differ from the sampler's for no
+    regularisation gain at this length.
+  - GRPO advantages (normalised by the group's std), token-mean loss, no KL: the RLMR configs' loss.
+  - float32 weights: bfloat16 is no faster on this CPU (a matmul of the model's shapes: 12 ms against 10), and
+    the evaluation loads the base in float32, so base and trained differ by the adapters only.
+
+What to expect: reward/mean (the share of rollouts that keep every instruction) starts around 0.1-0.3 and is
+noisy at 16 rollouts a step; verifier_pass/<id> gives it per instruction id and dynamic/kept_frac the share of
+mixed groups. The base scores 42.0% instruction-level and 18.9% prompt-level strict on the 132 evaluation
+prompts; 12 CPU steps can move that by a few points at most, and the paired interval says whether the prompts
+support the move. On a GPU or TPU host scale it up (--config.prompts_per_step=8 --config.steps=200
+--config.max_completion_len=256 --config.loss.micro_batch_size=16) rather than reading much into the CPU run.
+"""
+
+from importlib import resources
+
+from rubric_jax.config_base import base_config, finalize, rlmr_overrides
+
+DATA = str(resources.files("rubric_jax.data") / "ifeval_train.jsonl")
+
+
+def _tiny(c):
+    """:tiny: tiny_overrides' 2 prompts x G = 2 for 2 steps, with room for a few words of an answer."""
+    c.max_completion_len = 24
+    return c
+
+
+def get_config(arg=None):
+    c = rlmr_overrides(base_config(), mix="linear", a=0.0, b=1.0)
+    c.rlmr.writing = "none"  # the verifier is the whole reward: the judge never runs
+    c.model = "smollm2-135m-instruct"
+    c.dtype = "float32"
+    c.data.path = DATA
+    c.steps = 12
+    c.prompts_per_step = 2
+    c.group_size = 8
+    c.max_prompt_len = 104  # the longest training prompt is 98 tokens with SmolLM2's chat template
+    c.max_completion_len = 160
+    c.sampling.temperature = 1.0
+    c.lora.rank, c.lora.alpha, c.lora.dropout = 16, 32.0, 0.0
+    c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 2e-4, 2, "constant"
+    # 4 micro-batches of 4: without rematerialisation a 264-token sequence holds ~0.8 GiB of activations
+    c.loss.micro_batch_size = 4
+    c.dynamic.max_rounds = 1
+    # short sequences on a CPU: recomputation would cost time and save memory that is not needed
+    c.forward.remat = "none"
+    c.forward.attention = "plain"
+    c.checkpoint.every = 4
+    return finalize(c, arg, tiny=_tiny)

@@ -65,6 +65,7 @@ def _tiny(c):
 def get_config(arg=None):
     c = rlmr_overrides(base_config(), mix="linear", a=0.0, b=1.0)
     c.rlmr.writing = "none"  # the verifier is the whole reward: the judge never runs
+    c.rlmr.verifier = "program"  # every constraint has IFEval's checker; one without would be a config error
     c.model = "smollm2-135m-instruct"
     c.dtype = "float32"
     c.data.path = DATA

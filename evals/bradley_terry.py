@@ -18,13 +18,14 @@ JSON-serialisable dict for `evals.report.write_report`.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
 __all__ = [
     "ELO_SCALE", "hard", "fit", "fit_with_features", "bootstrap", "length_feature", "length_controlled",
-    "win_rates", "judge_agreement", "rate",
+    "win_rates", "win_rate_intervals", "judge_agreement", "rate",
 ]
 
 ELO_SCALE = 400.0 / math.log(10.0)  # rating points per unit of theta (log-odds)
@@ -283,6 +284,50 @@ def win_rates(a, b, p_a, num_models: int) -> np.ndarray:
     return W
 
 
+def win_rate_intervals(a, b, p_a, prompt, num_models: int, *, reps: int = 1000, seed: int = 0,
+                       level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap intervals (lo, hi), each (M, M), of the `win_rates` matrix, resampling prompts
+    (clusters) with replacement as `bootstrap` does: a replicate weights every comparison of a prompt by the
+    number of times the prompt was drawn, so
+
+        W_r[i, j] = sum_k w_rk ([a_k=i, b_k=j] p_k + [a_k=j, b_k=i] (1 - p_k)) / sum_k w_rk [{a_k, b_k} = {i, j}]
+
+    and lo/hi are its [(1 - level)/2, (1 + level)/2] quantiles over replicates (replicates that drew no
+    comparison of a pair are left out for that pair). NaN on the diagonal, for pairs never compared, and when
+    reps == 0. With two models, lo[1, 0] > 0.5 says the prompts support model 1 winning more often than not."""
+    a = np.asarray(a, dtype=np.int64).reshape(-1)
+    b = np.asarray(b, dtype=np.int64).reshape(-1)
+    p = np.asarray(p_a, dtype=np.float64).reshape(-1)
+    _, pid = np.unique(np.asarray(prompt).reshape(-1), return_inverse=True)
+    keep = a != b
+    a, b, p, pid = a[keep], b[keep], p[keep], pid.reshape(-1)[keep]
+    M, n_prompts = int(num_models), (int(pid.max()) + 1 if pid.size else 0)
+    lo = np.full((M, M), np.nan)
+    hi = np.full((M, M), np.nan)
+    if reps <= 0 or not n_prompts:
+        return lo, hi
+    # per prompt, the (M, M) sums of preference and counts of comparisons; a replicate is a weighted sum of them
+    s = np.zeros((n_prompts, M, M))
+    n = np.zeros((n_prompts, M, M))
+    np.add.at(s, (pid, a, b), p)
+    np.add.at(s, (pid, b, a), 1.0 - p)
+    np.add.at(n, (pid, a, b), 1.0)
+    np.add.at(n, (pid, b, a), 1.0)
+    rng = np.random.default_rng(seed)
+    counts = np.stack([np.bincount(rng.integers(0, n_prompts, size=n_prompts), minlength=n_prompts)
+                       for _ in range(int(reps))]).astype(np.float64)  # (reps, P)
+    S = np.einsum("rp,pij->rij", counts, s)
+    N = np.einsum("rp,pij->rij", counts, n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        W = np.where(N > 0, S / np.maximum(N, 1e-300), np.nan)
+    q = (1.0 - float(level)) / 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: pairs never compared
+        lo, hi = np.nanquantile(W, [q, 1.0 - q], axis=0)
+    lo[np.diag_indices(M)] = hi[np.diag_indices(M)] = np.nan
+    return lo, hi
+
+
 def judge_agreement(p: Any, names: Optional[Sequence[str]] = None, *, tie_tol: float = 0.0) -> dict:
     """Agreement between J judges that rated the same K comparisons; p: (J, K) preferences for side a (NaN =
     that judge did not rate that comparison).
@@ -385,7 +430,8 @@ def rate(comparisons: Mapping[str, Any], names: Sequence[str], *, bootstrap_reps
     index, model name, or None (mean rating = anchor_rating).
 
     Returns {"models": [{"name", "elo", "lo", "hi", "lc_elo", "lc_lo", "lc_hi", "n"}, ...] sorted by elo, best
-    first, "win_rate": {"names", "matrix"} (rows/cols in `names` order, row's mean preference over column),
+    first, "win_rate": {"names", "matrix", "lo", "hi"} (rows/cols in `names` order, row's mean preference over
+    column, with its prompt-bootstrap interval),
     "judge_agreement": judge_agreement(...) dict or None with one judge, "settings": {...}}. Non-finite numbers
     become None. lo/hi are None when bootstrap_reps == 0.
     """
@@ -431,5 +477,7 @@ def rate(comparisons: Mapping[str, Any], names: Sequence[str], *, bootstrap_reps
         "num_comparisons": int(a.size), "num_prompts": int(np.unique(prompt).size), "num_models": M,
         "judges": judges, "scale": "elo (400 / ln 10 per unit log-odds)",
     }
-    return _jsonable({"models": models, "win_rate": {"names": names, "matrix": win_rates(a, b, p, M)},
+    wr_lo, wr_hi = win_rate_intervals(a, b, p, prompt, M, reps=bootstrap_reps, seed=seed, level=level)
+    return _jsonable({"models": models, "win_rate": {"names": names, "matrix": win_rates(a, b, p, M),
+                                                     "lo": wr_lo, "hi": wr_hi},
                       "judge_agreement": agreement, "settings": settings})

@@ -8,6 +8,7 @@ Panels (each skipped when none of its metrics was logged):
   score                score/<criterion id>
   active_criteria      active_criteria
   policy_entropy       policy_entropy
+  kl                   kl, the policy's KL to its reference (0 throughout when loss.kl_coef = 0: no reference pass)
   judge_position_bias  judge/position_bias
   completion_len       completion_len/mean
   rare..., rlmr...     any metric under rare/ or rlmr/, one panel per prefix group: the metric name without its
@@ -37,6 +38,7 @@ PANELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("score", (), ("score/",)),
     ("active_criteria", ("active_criteria",), ()),
     ("policy_entropy", ("policy_entropy",), ()),
+    ("kl", ("kl",), ()),
     ("judge_position_bias", ("judge/position_bias",), ()),
     ("completion_len", ("completion_len/mean",), ()),
 )

@@ -71,12 +71,23 @@ def render_markdown(result: dict, *, title: str, images: Optional[dict] = None) 
     wr = result.get("win_rate") or {}
     names, mat = wr.get("names") or [], wr.get("matrix") or []
     if names and mat:
-        out += ["## Win rates", "", "Row model's mean preference over the column model (%).", "",
+        lo, hi = wr.get("lo") or [], wr.get("hi") or []
+        if not any(math.isfinite(_num(v)) for row in lo for v in row):
+            lo = hi = []  # no bootstrap: point estimates only
+        out += ["## Win rates", "", "Row model's mean preference over the column model (%)"
+                + (f", with its {pct} prompt-bootstrap interval" if lo else "") + ".", "",
                 "| | " + " | ".join(_md_escape(n) for n in names) + " |",
                 "|---|" + "---:|" * len(names)]
-        for n, row in zip(names, mat):
-            cells = ["–" if not math.isfinite(_num(v)) else f"{100 * _num(v):.1f}" for v in row]
-            out.append(f"| {_md_escape(n)} | " + " | ".join(cells) + " |")
+
+        def cell(i, j, v):
+            if not math.isfinite(_num(v)):
+                return "–"
+            if lo and math.isfinite(_num(lo[i][j])) and math.isfinite(_num(hi[i][j])):
+                return f"{100 * _num(v):.1f} [{100 * _num(lo[i][j]):.1f}, {100 * _num(hi[i][j]):.1f}]"
+            return f"{100 * _num(v):.1f}"
+
+        for i, (n, row) in enumerate(zip(names, mat)):
+            out.append(f"| {_md_escape(n)} | " + " | ".join(cell(i, j, v) for j, v in enumerate(row)) + " |")
         out.append("")
         if images and images.get("win_rates.png"):
             out += [f"![win rates]({os.path.basename(images['win_rates.png'])})", ""]

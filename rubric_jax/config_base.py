@@ -92,7 +92,7 @@ def base_config() -> ml_collections.ConfigDict:
                                               prompts=16, seed=0))
     # RLMR (reward.judging="rlmr"; docs/method.md §4): writing reward + constraint verifier, mixed per group.
     c.rlmr = ml_collections.ConfigDict(dict(
-        writing="absolute",  # absolute (judge's pointwise rubric score) | pairwise (win rate) | reward_model
+        writing="absolute",  # absolute (judge's pointwise rubric score) | pairwise (win rate) | reward_model | none (0)
         mix="penalty",  # penalty (the group penalty delta) | linear (a * r + b * pass)
         gamma=0.1, linear_a=1.0, linear_b=1.0,
         verifier="auto",  # auto (program where one exists, else the LLM) | program | llm | both

@@ -174,6 +174,36 @@ def test_win_rates_hand_computed():
     assert np.all(np.isnan(np.diag(W)))
 
 
+def test_win_rate_intervals_by_hand_and_by_what_they_cover():
+    # two prompts: on prompt 0 model 1 wins both orders outright, on prompt 1 it loses both. A replicate draws
+    # 0, 1 or 2 copies of prompt 0 out of 2 (probability 1/4, 1/2, 1/4), so W[1, 0] is 0, 1/2 or 1 and the
+    # 95% interval runs from 0 to 1; with reps = 0 there is none.
+    a, b, p, prompt = [1, 0, 1, 0], [0, 1, 0, 1], [1.0, 0.0, 0.0, 1.0], [0, 0, 1, 1]
+    lo, hi = bt.win_rate_intervals(a, b, p, prompt, 2, reps=400, seed=0)
+    assert (lo[1, 0], hi[1, 0], lo[0, 1], hi[0, 1]) == (0.0, 1.0, 0.0, 1.0)
+    assert np.isnan(bt.win_rate_intervals(a, b, p, prompt, 2, reps=0)[0]).all()
+    # every prompt alike: every replicate equals the point estimate
+    lo, hi = bt.win_rate_intervals([1, 0] * 5, [0, 1] * 5, [0.8, 0.2] * 5, np.repeat(np.arange(5), 2), 2, reps=50)
+    assert lo[1, 0] == pytest.approx(0.8) and hi[1, 0] == pytest.approx(0.8)
+    # a model that wins 70% of the time on average over 40 noisy prompts: the interval holds 0.7, excludes 0.5,
+    # and mirrors its opponent's (W[i, j] + W[j, i] = 1 in every replicate); a model three never meets stays NaN
+    rng = np.random.default_rng(0)
+    a, b, p, prompt = [], [], [], []
+    for q in range(40):
+        for x, y in ((0, 1), (1, 0)):
+            a.append(x), b.append(y), prompt.append(q)
+            p.append(float(np.clip((0.7 if x == 1 else 0.3) + 0.2 * rng.normal(), 0, 1)))
+    W = bt.win_rates(a, b, p, 3)
+    lo, hi = bt.win_rate_intervals(a, b, p, prompt, 3, reps=2000, seed=1)
+    assert 0.5 < lo[1, 0] < W[1, 0] < hi[1, 0] and lo[1, 0] < 0.7 < hi[1, 0]
+    assert lo[0, 1] == pytest.approx(1 - hi[1, 0]) and hi[0, 1] == pytest.approx(1 - lo[1, 0])
+    assert np.isnan(lo[2, 0]) and np.isnan(hi[0, 2]) and np.isnan(np.diag(lo)).all()
+    # equal models: the interval holds 0.5
+    p_eq = [float(np.clip(0.5 + 0.2 * rng.normal(), 0, 1)) for _ in a]
+    lo, hi = bt.win_rate_intervals(a, b, p_eq, prompt, 2, reps=2000, seed=1)
+    assert lo[1, 0] < 0.5 < hi[1, 0]
+
+
 def test_judge_agreement_hand_computed():
     P = np.array([[0.9, 0.2, 0.5, 0.7],
                   [0.8, 0.6, 0.1, 0.3],
@@ -228,6 +258,8 @@ def test_rate_bundle():
     W = np.array(res["win_rate"]["matrix"], dtype=float)  # None -> nan
     assert W.shape == (4, 4) and np.isnan(np.diag(W)).all()
     assert W[3, 0] > 0.5
+    lo, hi = (np.array(res["win_rate"][k], dtype=float) for k in ("lo", "hi"))
+    assert (lo[3, 0] <= W[3, 0] <= hi[3, 0]) and np.isnan(np.diag(lo)).all()
     ag = res["judge_agreement"]
     assert ag["judges"] == ["judge0", "judge1"]
     assert 0.5 < ag["mean_agreement"] <= 1.0

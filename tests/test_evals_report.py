@@ -59,6 +59,9 @@ def test_write_report(tmp_path):
     best = res["models"][0]
     assert f"{best['elo']:.0f}" in md and f"[{best['lo']:.0f}, {best['hi']:.0f}]" in md
     assert "ratings.png" in md and "win_rates.png" in md
+    wr = res["win_rate"]
+    w, lo, hi = wr["matrix"][1][0], wr["lo"][1][0], wr["hi"][1][0]
+    assert f"| {100 * w:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] |" in md
 
 
 def test_write_report_without_intervals_or_comparisons(tmp_path):
@@ -69,6 +72,7 @@ def test_write_report_without_intervals_or_comparisons(tmp_path):
     _assert_png(paths["win_rates.png"])
     md = open(paths["report.md"], encoding="utf-8").read()
     assert "–" in md  # missing intervals / cells shown as dashes
+    assert "prompt-bootstrap interval." not in md and " [" not in md.split("## Win rates")[1].split("##")[0]
 
 
 def _write_run(workdir, steps=20, extra=True, seed=0):
@@ -83,7 +87,7 @@ def _write_run(workdir, steps=20, extra=True, seed=0):
                    "win_rate_spread/clarity": 0.5 * rng.random(), "win_rate_spread/accuracy": 0.4 * rng.random(),
                    "active_criteria": float(1 + s // 5), "policy_entropy": 2.0 - 0.05 * s,
                    "judge/position_bias": 0.1 * rng.normal(), "completion_len/mean": 200.0 + 3 * s,
-                   "loss": rng.normal()}
+                   "loss": rng.normal(), "kl": 0.001 * s}
             if extra:
                 rec.update({"rare/weights/0": 0.2, "rare/weights/1": 0.3, "rare/weights/2": 0.5,
                             "rare/entropy": 1.0, "rlmr/penalty": float(s % 3)})
@@ -99,7 +103,7 @@ def test_curves_cli_writes_pngs(tmp_path):
     _write_run(run_b, steps=12, extra=False, seed=1)
     out = tmp_path / "plots"
     paths = curves.main([str(run_a), str(run_b), f"--out={out}", "--smooth=0.8"])
-    expected = {"reward", "win_rate_spread", "active_criteria", "policy_entropy", "judge_position_bias",
+    expected = {"reward", "win_rate_spread", "active_criteria", "policy_entropy", "kl", "judge_position_bias",
                 "completion_len", "rare", "rare/weights", "rlmr", "curves"}
     assert set(paths) == expected
     for p in paths.values():

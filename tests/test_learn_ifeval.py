@@ -278,6 +278,18 @@ def test_the_config_validates_and_its_reward_is_the_verifier_alone():
     assert full.max_completion_len >= 1.3 * most
 
 
+def test_the_start_up_line_says_no_judge_runs_when_the_verifier_is_the_reward():
+    from rubric_jax.rl.setup import judge_line
+
+    c = load_config("learn_ifeval")
+    line = judge_line(types.SimpleNamespace(config=c, judge_apart=False))
+    assert line.startswith("judge: none;") and "rlmr.writing='none'" in line
+    # a verifier that may ask the model (auto: constraints without a program) still names the model it asks
+    c.rlmr.verifier = "auto"
+    line = judge_line(types.SimpleNamespace(config=c, judge_apart=False))
+    assert line.startswith("judge (constraints without a program only") and "smollm2-135m-instruct" in line
+
+
 @pytest.mark.slow
 def test_tiny_variant_trains_two_steps_without_ever_calling_the_judge(tiny_qwen3, tmp_path, monkeypatch):
     """learn_ifeval:tiny on the tiny random Qwen3, as the other configs' step tests run (10-20 s on 2 shared

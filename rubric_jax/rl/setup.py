@@ -371,6 +371,11 @@ def judge_line(setup: Setup) -> str:
                 f"{nbytes / 2 ** 20:.1f} MiB of weights, its own tokenizer)")
     else:
         line = f"judge: the policy's frozen base ({_model_name_quiet(cfg)}, self-judging: no second copy)"
+    if cfg.reward.judging == "rlmr" and cfg.rlmr.writing == "none":
+        # no writing score: the model above judges only the constraints that no program can check
+        line = ("judge: none; the reward is the constraint programs' verdicts (rlmr.writing='none', "
+                "rlmr.verifier='program')" if cfg.rlmr.verifier == "program" else
+                line.replace("judge: ", "judge (constraints without a program only, rlmr.writing='none'): ", 1))
     if cfg.reward.judging == "rare" and cfg.rare.judge.startswith("openai:"):
         line += f"; RARE's scores come from {cfg.rare.judge} (rare.judge)"
     return line

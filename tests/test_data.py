@@ -154,6 +154,23 @@ def test_repeat_crosses_epochs_and_reshuffles():
     assert sorted(ids[:5]) == sorted(ids[5:]) == [f"r{i}" for i in range(5)]
 
 
+def test_one_prompt_per_step_repeats_and_restores():
+    """RcRL's paper batch is 1 prompt x G = 8 (configs/rcrl.py): batches of one prompt walk the same shuffled
+    epochs as larger batches do, and a saved position restores."""
+    it = PromptDataset(_records(6), 1, seed=4).iterator()
+    ids = [_ids(next(it)) for _ in range(13)]
+    assert all(len(b) == 1 for b in ids)
+    flat = sum(ids, [])
+    assert sorted(flat[:6]) == sorted(flat[6:12]) == [f"r{i}" for i in range(6)]
+    pairs = PromptDataset(_records(6), 2, seed=4).iterator()
+    assert sum((_ids(next(pairs)) for _ in range(6)), []) == flat[:12]  # the same stream, cut in ones
+    state = json.loads(json.dumps(it.get_state()))
+    again = PromptDataset(_records(6), 1, seed=4).iterator()
+    again.set_state(state)
+    rest = [_ids(next(again)) for _ in range(5)]
+    assert rest == [_ids(next(it)) for _ in range(5)]
+
+
 def test_state_round_trip_through_json():
     ds = PromptDataset(_records(23), prompts_per_step=4, seed=7)
     it = ds.iterator()

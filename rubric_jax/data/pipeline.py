@@ -82,7 +82,9 @@ class PromptDataset:
         ds = grain.MapDataset.source(records)
         if self.shuffle:
             ds = ds.shuffle(seed=self.seed)
-        ds = ds.repeat(None)
+        # "Forever" as a finite count: grain's repeat(None) has length sys.maxsize, which batches of one prompt
+        # keep and its prefetching iterator cannot take as a length (OverflowError); 2**62 prompts is as endless.
+        ds = ds.repeat(max(1, 2 ** 62 // len(records)))
         self._global: grain.MapDataset = ds.batch(prompts_per_step, batch_fn=list)
         lo, hi = self.global_offset, self.global_offset + self.batch_size
         self._dataset = self._global if shard_count == 1 else self._global.map(lambda batch: batch[lo:hi])

@@ -34,15 +34,29 @@ OVERALL = Criterion(
 
 
 def parse_criteria(spec: str) -> list[Criterion]:
-    """"overall" (one judgment) or "rubric:NAME_OR_PATH" (one judgment per criterion of that rubric)."""
+    """"overall" (one judgment) or "rubric:NAME_OR_PATH" (one judgment per criterion of that rubric), or
+    "rubric:NAME_OR_PATH@ID,ID" (those criteria of it, in that order: e.g. the ones a run trained on)."""
     spec = (spec or "overall").strip()
     if spec == "overall":
         return [OVERALL]
     if spec.startswith("rubric:"):
+        from rubric_jax.errors import did_you_mean
         from rubric_jax.rubrics import load_rubric
 
-        return list(load_rubric(spec[len("rubric:"):]).criteria)
-    raise ValueError(f"--criteria: expected 'overall' or 'rubric:NAME', got {spec!r}")
+        name, _, ids = spec[len("rubric:"):].partition("@")
+        criteria = list(load_rubric(name).criteria)
+        if not ids:
+            return criteria
+        by_id = {c.id: c for c in criteria}
+        wanted = [i.strip() for i in ids.split(",") if i.strip()]
+        for i in wanted:
+            if i not in by_id:
+                raise ValueError(f"--criteria: rubric {name!r} has no criterion {i!r}{did_you_mean(i, by_id)}; it "
+                                 f"has {', '.join(by_id)}")
+        if not wanted or len(set(wanted)) != len(wanted):
+            raise ValueError(f"--criteria: {spec!r}: name each criterion once after '@'")
+        return [by_id[i] for i in wanted]
+    raise ValueError(f"--criteria: expected 'overall' or 'rubric:NAME[@ID,...]', got {spec!r}")
 
 
 def _criterion_key(c: Criterion) -> str:

@@ -92,6 +92,26 @@ def render_markdown(result: dict, *, title: str, images: Optional[dict] = None) 
         if images and images.get("win_rates.png"):
             out += [f"![win rates]({os.path.basename(images['win_rates.png'])})", ""]
 
+    per_c = result.get("per_criterion") or {}
+    if per_c:
+        out += ["## Win rates per criterion", "",
+                "Each criterion's own preferences, row model over column model (%)"
+                + (f", with {pct} prompt-bootstrap intervals" if any(
+                    math.isfinite(_num(v)) for wr in per_c.values() for row in (wr.get("lo") or []) for v in row)
+                   else "") + ".", "", "| criterion | model | over | win rate |", "|---|---|---|---:|"]
+        for cid, wr in per_c.items():
+            names, mat = wr.get("names") or [], wr.get("matrix") or []
+            lo, hi = wr.get("lo") or [], wr.get("hi") or []
+            for i in range(len(names)):
+                for j in range(len(names)):
+                    if i == j or not math.isfinite(_num(mat[i][j])):
+                        continue
+                    ci = (f" [{100 * _num(lo[i][j]):.1f}, {100 * _num(hi[i][j]):.1f}]"
+                          if lo and math.isfinite(_num(lo[i][j])) else "")
+                    out.append(f"| {_md_escape(cid)} | {_md_escape(names[i])} | {_md_escape(names[j])} | "
+                               f"{100 * _num(mat[i][j]):.1f}{ci} |")
+        out.append("")
+
     ag = result.get("judge_agreement")
     if ag:
         judges = ag.get("judges") or []

@@ -240,6 +240,50 @@ def test_criteria_specs():
     assert len(parse_criteria("rubric:creative_writing")) > 1
     with pytest.raises(ValueError, match="overall"):
         parse_criteria("everything")
+    # a run's curriculum criteria, in the order named
+    got = parse_criteria("rubric:creative_writing@plot_coherence, prompt_alignment")
+    assert [c.id for c in got] == ["plot_coherence", "prompt_alignment"]
+    with pytest.raises(ValueError, match="no criterion 'plot_coherense'; did you mean 'plot_coherence'"):
+        parse_criteria("rubric:creative_writing@plot_coherense")
+    with pytest.raises(ValueError, match="name each criterion once"):
+        parse_criteria("rubric:creative_writing@plot_coherence,plot_coherence")
+
+
+def test_pairwise_elo_gives_each_criterion_its_own_win_rate_with_intervals(tmp_path):
+    """collect keeps each criterion's preference beside their mean; per-criterion win rates are read from
+    them. The judge double prefers the answer that starts with "T" on c0 (0.8 when shown first, 0.2 when
+    shown second) and the other one on c1 (0.3 / 0.7): trained over base is 0.8 on c0 and 0.3 on c1,
+    on every prompt, so every bootstrap replicate agrees; the mean over criteria is 0.55."""
+    from evals.report import render_markdown
+    from evals.suites.pairwise_elo import collect, format_table, per_criterion_win_rates
+    from rubric_jax.rubrics.types import Criterion
+
+    crit = [Criterion(id="c0", name="C0", check="x"), Criterion(id="c1", name="C1", check="y")]
+
+    class Judge:
+        def p_first(self, prompt, texts, pairs, criteria):
+            first_t = np.array([texts[i].startswith("T") for i, _ in pairs])
+            return np.stack([np.where(first_t, 0.8, 0.2), np.where(first_t, 0.3, 0.7)], axis=1)
+
+    prompts = [f"p{q}" for q in range(6)]
+    answers = {"base": [[f"B{q}" for q in range(6)]], "trained": [[f"T{q}" for q in range(6)]]}
+    comps = collect(prompts, answers, [("j", Judge())], crit, progress=False)
+    assert comps["p_c"].shape == (12, 2)
+    np.testing.assert_allclose(comps["p_a"], comps["p_c"].mean(axis=1))
+    per = per_criterion_win_rates(comps, ["base", "trained"], crit, reps=50, seed=0)
+    for cid, w in (("c0", 0.8), ("c1", 0.3)):
+        assert per[cid]["matrix"][1][0] == pytest.approx(w) and per[cid]["matrix"][0][1] == pytest.approx(1 - w)
+        assert per[cid]["lo"][1][0] == pytest.approx(w) and per[cid]["hi"][1][0] == pytest.approx(w)
+    from evals.bradley_terry import rate
+
+    res = rate(comps, ["base", "trained"], bootstrap_reps=50, seed=0)
+    res["per_criterion"] = per
+    assert res["win_rate"]["matrix"][1][0] == pytest.approx(0.55)
+    table = format_table(res)
+    assert "win rate: trained over base 0.550 [0.550, 0.550]" in table
+    assert "win rate on c1: trained over base 0.300 [0.300, 0.300]" in table
+    md = render_markdown(res, title="t")
+    assert "## Win rates per criterion" in md and "| c0 | trained | base | 80.0 [80.0, 80.0] |" in md
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,9 +39,10 @@ def load_prompts(path: str, n: int | None) -> list[dict]:
 
 def collect(prompts: list[str], answers: dict[str, list[list[str]]], judges: list, criteria, *,
             progress: bool = True) -> dict[str, np.ndarray]:
-    """answers[name][member][q] -> comparison arrays over all judges, prompts and ordered cross pairs."""
+    """answers[name][member][q] -> comparison arrays over all judges, prompts and ordered cross pairs; "p_a" is
+    the mean over the criteria, "p_c" (comparisons, C) each criterion's own preference."""
     names = list(answers)
-    rows = {k: [] for k in ("a", "b", "p_a", "prompt", "len_a", "len_b", "judge")}
+    rows = {k: [] for k in ("a", "b", "p_a", "p_c", "prompt", "len_a", "len_b", "judge")}
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -53,11 +54,12 @@ def collect(prompts: list[str], answers: dict[str, list[list[str]]], judges: lis
                 flat = [(ci, ans[q]) for ci, n in enumerate(names) for ans in answers[n]]
                 texts = [t for _, t in flat]
                 pairs = [(x, y) for x in range(len(flat)) for y in range(len(flat)) if flat[x][0] != flat[y][0]]
-                p = judge.p_first(prompt, texts, pairs, criteria).mean(axis=1)
-                for (x, y), pa in zip(pairs, p):
+                p_c = judge.p_first(prompt, texts, pairs, criteria)
+                for (x, y), pc in zip(pairs, p_c):
                     rows["a"].append(flat[x][0])
                     rows["b"].append(flat[y][0])
-                    rows["p_a"].append(float(pa))
+                    rows["p_a"].append(float(pc.mean()))
+                    rows["p_c"].append(pc)
                     rows["prompt"].append(q)
                     rows["len_a"].append(word_count(texts[x]))
                     rows["len_b"].append(word_count(texts[y]))
@@ -68,9 +70,26 @@ def collect(prompts: list[str], answers: dict[str, list[list[str]]], judges: lis
         if bar is not None:
             bar.close()
     return {"a": np.asarray(rows["a"], np.int64), "b": np.asarray(rows["b"], np.int64),
-            "p_a": np.asarray(rows["p_a"], np.float64), "prompt": np.asarray(rows["prompt"], np.int64),
+            "p_a": np.asarray(rows["p_a"], np.float64),
+            "p_c": np.asarray(rows["p_c"], np.float64).reshape(len(rows["p_a"]), len(criteria)),
+            "prompt": np.asarray(rows["prompt"], np.int64),
             "len_a": np.asarray(rows["len_a"], np.float64), "len_b": np.asarray(rows["len_b"], np.float64),
             "judge": np.asarray(rows["judge"])}
+
+
+def per_criterion_win_rates(comps: dict, names: list[str], criteria, *, reps: int, seed: int) -> dict:
+    """{criterion id: {"names", "matrix", "lo", "hi"}}: each criterion's win-rate matrix on its own preferences
+    (`evals.bradley_terry.win_rates`), with prompt-bootstrap intervals (`win_rate_intervals`; the same prompt
+    draws for every criterion, as the seed is shared)."""
+    from evals.bradley_terry import _jsonable, win_rate_intervals, win_rates
+
+    out = {}
+    for c, cr in enumerate(criteria):
+        p = comps["p_c"][:, c]
+        lo, hi = win_rate_intervals(comps["a"], comps["b"], p, comps["prompt"], len(names), reps=reps, seed=seed)
+        out[cr.id] = _jsonable({"names": list(names), "matrix": win_rates(comps["a"], comps["b"], p, len(names)),
+                                "lo": lo, "hi": hi})
+    return out
 
 
 def format_table(result: dict) -> str:
@@ -81,6 +100,17 @@ def format_table(result: dict) -> str:
     for m in result["models"]:
         lines.append(f"{m['name']:<20} {f(m['elo'])} [{f(m['lo'])},{f(m['hi'])}] {f(m['lc_elo'])} "
                      f"[{f(m['lc_lo'])},{f(m['lc_hi'])}] {m['n']:>6}")
+    tables = [("win rate", result.get("win_rate") or {})]
+    tables += [(f"win rate on {cid}", wr) for cid, wr in (result.get("per_criterion") or {}).items()]
+    for label, wr in tables:
+        names = wr.get("names") or []
+        for i in range(len(names)):
+            for j in range(i + 1, len(names)):
+                w = wr["matrix"][j][i]
+                lo, hi = (wr.get(k) or [[None] * len(names)] * len(names) for k in ("lo", "hi"))
+                ci = "" if lo[j][i] is None else f" [{lo[j][i]:.3f}, {hi[j][i]:.3f}]"
+                lines.append(f"{label}: {names[j]} over {names[i]} "
+                             + ("n/a" if w is None else f"{w:.3f}{ci}"))
     return "\n".join(lines)
 
 
@@ -122,6 +152,9 @@ def run(args) -> dict:
 
     names = list(answers)
     result = rate(comps, names, bootstrap_reps=args.bootstrap, seed=args.seed)
+    if len(criteria) > 1:
+        result["per_criterion"] = per_criterion_win_rates(comps, names, criteria, reps=args.bootstrap,
+                                                          seed=args.seed)
     result["eval"] = {
         "suite": "pairwise_elo", "prompts": len(prompts), "data": os.path.abspath(args.data or DEFAULT_PROMPTS),
         "criteria": [c.id for c in criteria], "judges": judge_specs, "seed": args.seed,

@@ -334,8 +334,10 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
                      f"({cfg.judge.mode} mode)")
     elif judging == "pairwise" and c:
         pairs = pairs_per_group(cfg.judge.pairing, cfg.group_size)
-        lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {pairs} pairs x 2 orders x <= {c} "
-                     f"criteria = <= {cfg.prompts_per_step * pairs * 2 * c} verdicts ({cfg.judge.mode} mode)")
+        q = 2 if cfg.judge.questions == "both" else 1  # "both": each pair asked which is better and which worse
+        asked = " x 2 questions" if q == 2 else ""
+        lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {pairs} pairs x 2 orders{asked} x <= {c} "
+                     f"criteria = <= {cfg.prompts_per_step * pairs * 2 * q * c} verdicts ({cfg.judge.mode} mode)")
     elif c and (judging == "absolute" or (judging == "rlmr" and cfg.rlmr.writing in ("absolute", "pairwise"))):
         lines.append(f"judge per step: {rollouts} responses x {c} criteria = {rollouts * c} scores "
                      f"({cfg.judge.mode} mode)")

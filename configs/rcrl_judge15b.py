@@ -23,7 +23,10 @@ G = 4 rollouts of <= 80 tokens, twice for the two questions. The choices:
 
   - 1 prompt x G = 4 rollouts per step: 6 pairs, 12 ordered judgments per criterion and question;
   - completions <= 80 tokens (a short scene: SmolLM2's stories run on, and the judge sees each one whole);
-  - 40 steps; the curriculum adds a criterion every 14 steps, so the run sees the first three criteria;
+  - 32 steps; the curriculum adds a criterion every 14 steps, so the run sees the first three criteria (the
+    third for its last 4 steps). Measured on this CPU: about 55 s a step with one or two criteria, but about
+    210 s with three, where the judge's scoring falls back to its largest compiled shape (26,112 padded tokens
+    for 30% real ones; `time/judge_padded_tokens`); 32 steps keep training plus evaluation within 90 minutes;
   - the judge's weights in bfloat16: one group's judging with one criterion took 40 s against 66 s in float32
     on this CPU (its fidelity figures were measured in float32);
   - judge.mode="sign" (the paper's discrete verdicts): with G = 4 a group's win rates are 0, 1/3, 2/3 or 1, a
@@ -58,7 +61,7 @@ def get_config(arg=None):
     c.judge.questions = "both"
     c.judge.mode = "sign"
     c.judge.max_response_tokens = 96
-    c.steps = 40
+    c.steps = 32
     c.prompts_per_step = 1
     c.group_size = 4
     c.max_prompt_len = 128

@@ -1,6 +1,6 @@
 """Command line: python -m evals.run --suite=pairwise_elo --models=base=smollm2-135m-instruct,trained=/tmp/run
    --judge=smollm2-135m-instruct --out=DIR [--prompts=N] [--max_new_tokens=..] [--seed=..]
-   [--criteria=overall|rubric:creative_writing] [--judges=a,b] [--bootstrap=1000]
+   [--criteria=overall|rubric:creative_writing[@ID,ID]] [--judges=a,b] [--bootstrap=1000]
 
 --models: comma-separated name=spec; spec = embedded name | HF dir | .gguf | PEFT adapter dir | training workdir,
 several joined with '+' pooled as one contestant, or shuffled:<spec> (words shuffled, a known-worse contestant).
@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remote_retries", type=int, default=5,
                    help="remote judge: retries of a request on 429, 5xx, timeouts and connection errors")
     p.add_argument("--remote_concurrency", type=int, default=8, help="remote judge: requests in flight")
-    p.add_argument("--criteria", default="overall", help="overall | rubric:NAME_OR_PATH")
+    p.add_argument("--criteria", default="overall",
+                   help="overall | rubric:NAME_OR_PATH | rubric:NAME_OR_PATH@ID,ID (those criteria; with several, "
+                        "pairwise_elo also reports each one's win rates)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--data", default="", help="prompts JSONL (default: evals/data/creative_writing_eval.jsonl)")
     p.add_argument("--prompts", type=int, default=0, help="first N prompts (0 = all)")

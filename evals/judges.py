@@ -103,8 +103,12 @@ class _CachedJudge(abc.ABC):
 class LocalJudge(_CachedJudge):
     """A model judged in-process through rubric_jax.judge.Judge (logit mode: softmax over the two labels)."""
 
-    def __init__(self, spec: str, cache_dir: str, *, max_response_tokens: int = 512):
+    def __init__(self, spec: str, cache_dir: str, *, max_response_tokens: int = 512, questions: str = "better"):
         super().__init__(cache_dir)
+        from rubric_jax.judge.common import QUESTIONS
+
+        if questions not in QUESTIONS:
+            raise ValueError(f"--judge_questions: expected one of {', '.join(QUESTIONS)}, got {questions!r}")
         from evals.models import LoadedMember, classify
 
         member = classify(spec)  # any loadable spec; a trained model judges through its merged weights
@@ -115,9 +119,12 @@ class LocalJudge(_CachedJudge):
         from rubric_jax.judge.prompts import PromptConfig
 
         # the prompt text is part of the key: a changed judge prompt must not be served old verdicts
+        # (the default question keeps its old key, so verdicts cached before the option existed still serve)
         self.fingerprint = _digest("local-judge-v1", self.member.fingerprint, max_response_tokens,
-                                   PromptConfig(max_response_tokens=max_response_tokens).fingerprint())
+                                   PromptConfig(max_response_tokens=max_response_tokens).fingerprint(),
+                                   *([] if questions == "better" else [f"questions={questions}"]))
         self.max_response_tokens = max_response_tokens
+        self.questions = questions
         self._judge_obj = None
 
     @property
@@ -125,7 +132,8 @@ class LocalJudge(_CachedJudge):
         if self._judge_obj is None:
             from rubric_jax.judge.engine import Judge, JudgeConfig
 
-            self._judge_obj = Judge(self.member.model, self.member.tokenizer, JudgeConfig(mode="logit"),
+            self._judge_obj = Judge(self.member.model, self.member.tokenizer,
+                                    JudgeConfig(mode="logit", questions=self.questions),
                                     model_id=self.member.fingerprint, max_response_tokens=self.max_response_tokens)
         return self._judge_obj
 
@@ -136,6 +144,9 @@ class LocalJudge(_CachedJudge):
         pos = {a: k for k, a in enumerate(used)}
         res = self.judge.pairwise_batch([prompt], [[answers[i] for i in used]], list(criteria), mode="logit",
                                         pairing="all")[0]
+        if self.questions != "better":
+            # a pooled or inverted reading is one preference per pair, the same in both orders: p(i > j)
+            return {(i, j): [float(res.p[pos[i], pos[j], c]) for c in range(len(criteria))] for i, j in pairs}
         pf, valid = res.p_first, res.valid
         out = {}
         for i, j in pairs:

@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--criteria", default="overall",
                    help="overall | rubric:NAME_OR_PATH | rubric:NAME_OR_PATH@ID,ID (those criteria; with several, "
                         "pairwise_elo also reports each one's win rates)")
+    p.add_argument("--judge_questions", default="better", choices=("better", "worse", "both"),
+                   help="pairwise_elo, in-process judges: the question asked of each pair (both: better and worse "
+                        "pooled, rubric_jax.judge.JudgeConfig.questions; README, 'A judge apart from the policy')")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--data", default="", help="prompts JSONL (default: evals/data/creative_writing_eval.jsonl)")
     p.add_argument("--prompts", type=int, default=0, help="first N prompts (0 = all)")
@@ -105,6 +108,13 @@ def preflight(args) -> None:
             raise DataError(f"--data: {e}") from None
     parse_models(args.models, base=args.base or None)
     specs = judge_specs(args)
+    if getattr(args, "judge_questions", "better") != "better":
+        if args.suite != "pairwise_elo":
+            raise ValueError(f"--judge_questions={args.judge_questions}: only the pairwise_elo suite asks it")
+        if any(s.startswith("openai:") for s in specs):
+            raise ValueError(f"--judge_questions={args.judge_questions}: a remote judge answers the better "
+                             f"question only; it reads the model's next-token scores, which an in-process judge "
+                             f"exposes")
     for spec in specs:  # every spec parsed first: no network wait before a typo is named
         check_judge(spec, contact=False)
     for spec in specs:

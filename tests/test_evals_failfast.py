@@ -64,6 +64,19 @@ def test_bad_judge_spec_stops_before_generation(work, tmp_path, capsys, judge, r
     assert work == [] and _no_outputs(tmp_path)
 
 
+@pytest.mark.parametrize("flags,says", [
+    (["--judge=smollm2-135m-instruct", "--judge_questions=both", "--suite=rubric_score"],
+     "--judge_questions=both: only the pairwise_elo suite asks it"),
+    (["--judge=openai:m@http://127.0.0.1:9/v1", "--judge_questions=worse"],
+     "--judge_questions=worse: a remote judge answers the better question only"),
+])
+def test_a_question_the_judge_cannot_be_asked_stops_before_generation(work, tmp_path, capsys, flags, says):
+    assert _run(tmp_path, *flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and says in err, err
+    assert work == [] and _no_outputs(tmp_path)
+
+
 def test_dead_endpoint_stops_before_generation(work, tmp_path, capsys):
     spec = f"openai:m@http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     assert _run(tmp_path, f"--judge={spec}", "--remote_retries=0", "--remote_timeout=2") == 1

@@ -128,6 +128,29 @@ def test_local_verdict_and_score_caches_are_keyed_by_the_judge_prompt(tmp_path, 
     assert after[0] != before[0] and after[1] != before[1]
 
 
+@pytest.mark.slow
+def test_local_judge_asked_both_questions_reads_the_engines_pooled_preference(tiny_qwen3, tmp_path):
+    """--judge_questions=both: each ordered pair gets the engine's pooled p(i > j) (the same in both orders, so
+    p(i > j) + p(j > i) = 1), its cache key differs from the default question's, and a question the engine
+    does not know is refused."""
+    from evals.judges import OVERALL, LocalJudge
+    from rubric_jax.judge import Judge, JudgeConfig
+
+    cache = str(tmp_path / "cache")
+    plain, both = LocalJudge(tiny_qwen3[0], cache), LocalJudge(tiny_qwen3[0], cache, questions="both")
+    assert plain.fingerprint != both.fingerprint
+    answers = ["A short tale of a fox.", "Another story, about a heron and a pond.", "Rain."]
+    pairs = [(0, 1), (1, 0), (2, 0)]
+    got = both.p_first("Write a story.", answers, pairs, [OVERALL])[:, 0]
+    ref = Judge(both.member.model, both.member.tokenizer, JudgeConfig(mode="logit", questions="both"),
+                max_response_tokens=512).pairwise_batch(["Write a story."], [answers], [OVERALL], mode="logit",
+                                                        pairing="all")[0].p[..., 0]
+    np.testing.assert_allclose(got, [ref[0, 1], ref[1, 0], ref[2, 0]], atol=1e-6)
+    assert got[0] + got[1] == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match="--judge_questions: expected one of better, worse, both"):
+        LocalJudge(tiny_qwen3[0], cache, questions="often")
+
+
 # ---------------------------------------------------------------------------------------------
 # Generation cache
 

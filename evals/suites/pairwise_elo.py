@@ -144,7 +144,10 @@ def run(args) -> dict:
 
     remote = dict(timeout_s=args.remote_timeout, max_retries=args.remote_retries,
                   concurrency=args.remote_concurrency)
-    judges = [(spec, make_judge(spec, cache_dir, remote=remote)) for spec in judge_specs]
+    questions = getattr(args, "judge_questions", "better") or "better"  # a remote judge is refused in preflight
+    local = {} if questions == "better" else {"questions": questions}
+    judges = [(spec, make_judge(spec, cache_dir, remote=remote, **({} if spec.startswith("openai:") else local)))
+              for spec in judge_specs]
     comps = collect(prompts, answers, judges, criteria, progress=not args.quiet)
     np.savez(os.path.join(args.out, "comparisons.npz"), **comps)
 
@@ -158,6 +161,7 @@ def run(args) -> dict:
     result["eval"] = {
         "suite": "pairwise_elo", "prompts": len(prompts), "data": os.path.abspath(args.data or DEFAULT_PROMPTS),
         "criteria": [c.id for c in criteria], "judges": judge_specs, "seed": args.seed,
+        "judge_questions": questions,
         "generation": settings.key(),
         "models": {n: [{"spec": m.spec.label, "kind": m.spec.kind, "fingerprint": m.fingerprint} for m in ms]
                    for n, ms in members.items()},

@@ -22,6 +22,19 @@ def _num(x: Any) -> float:
     return float("nan") if x is None else float(x)
 
 
+def _win_rate_bounds(wr: dict) -> tuple[list, list]:
+    """A win-rate block's (lo, hi) matrices, or ([], []) when it has no interval (no bootstrap)."""
+    lo, hi = wr.get("lo") or [], wr.get("hi") or []
+    return (lo, hi) if any(math.isfinite(_num(v)) for row in lo for v in row) else ([], [])
+
+
+def _pct_cell(v: Any, lo: list, hi: list, i: int, j: int) -> str:
+    """A win rate in percent, with its interval "[lo, hi]" where (i, j) has one."""
+    if lo and math.isfinite(_num(lo[i][j])) and math.isfinite(_num(hi[i][j])):
+        return f"{100 * _num(v):.1f} [{100 * _num(lo[i][j]):.1f}, {100 * _num(hi[i][j]):.1f}]"
+    return f"{100 * _num(v):.1f}"
+
+
 def _fmt(x: Any, nd: int = 0) -> str:
     v = _num(x)
     return "–" if not math.isfinite(v) else f"{v:.{nd}f}"
@@ -71,20 +84,14 @@ def render_markdown(result: dict, *, title: str, images: Optional[dict] = None) 
     wr = result.get("win_rate") or {}
     names, mat = wr.get("names") or [], wr.get("matrix") or []
     if names and mat:
-        lo, hi = wr.get("lo") or [], wr.get("hi") or []
-        if not any(math.isfinite(_num(v)) for row in lo for v in row):
-            lo = hi = []  # no bootstrap: point estimates only
+        lo, hi = _win_rate_bounds(wr)
         out += ["## Win rates", "", "Row model's mean preference over the column model (%)"
                 + (f", with its {pct} prompt-bootstrap interval" if lo else "") + ".", "",
                 "| | " + " | ".join(_md_escape(n) for n in names) + " |",
                 "|---|" + "---:|" * len(names)]
 
         def cell(i, j, v):
-            if not math.isfinite(_num(v)):
-                return "–"
-            if lo and math.isfinite(_num(lo[i][j])) and math.isfinite(_num(hi[i][j])):
-                return f"{100 * _num(v):.1f} [{100 * _num(lo[i][j]):.1f}, {100 * _num(hi[i][j]):.1f}]"
-            return f"{100 * _num(v):.1f}"
+            return "–" if not math.isfinite(_num(v)) else _pct_cell(v, lo, hi, i, j)
 
         for i, (n, row) in enumerate(zip(names, mat)):
             out.append(f"| {_md_escape(n)} | " + " | ".join(cell(i, j, v) for j, v in enumerate(row)) + " |")
@@ -94,22 +101,19 @@ def render_markdown(result: dict, *, title: str, images: Optional[dict] = None) 
 
     per_c = result.get("per_criterion") or {}
     if per_c:
+        bounds = {cid: _win_rate_bounds(wr) for cid, wr in per_c.items()}
         out += ["## Win rates per criterion", "",
                 "Each criterion's own preferences, row model over column model (%)"
-                + (f", with {pct} prompt-bootstrap intervals" if any(
-                    math.isfinite(_num(v)) for wr in per_c.values() for row in (wr.get("lo") or []) for v in row)
-                   else "") + ".", "", "| criterion | model | over | win rate |", "|---|---|---|---:|"]
+                + (f", with {pct} prompt-bootstrap intervals" if any(lo for lo, _ in bounds.values()) else "")
+                + ".", "", "| criterion | model | over | win rate |", "|---|---|---|---:|"]
         for cid, wr in per_c.items():
             names, mat = wr.get("names") or [], wr.get("matrix") or []
-            lo, hi = wr.get("lo") or [], wr.get("hi") or []
+            lo, hi = bounds[cid]
             for i in range(len(names)):
                 for j in range(len(names)):
-                    if i == j or not math.isfinite(_num(mat[i][j])):
-                        continue
-                    ci = (f" [{100 * _num(lo[i][j]):.1f}, {100 * _num(hi[i][j]):.1f}]"
-                          if lo and math.isfinite(_num(lo[i][j])) else "")
-                    out.append(f"| {_md_escape(cid)} | {_md_escape(names[i])} | {_md_escape(names[j])} | "
-                               f"{100 * _num(mat[i][j]):.1f}{ci} |")
+                    if i != j and math.isfinite(_num(mat[i][j])):
+                        out.append(f"| {_md_escape(cid)} | {_md_escape(names[i])} | {_md_escape(names[j])} | "
+                                   f"{_pct_cell(mat[i][j], lo, hi, i, j)} |")
         out.append("")
 
     ag = result.get("judge_agreement")

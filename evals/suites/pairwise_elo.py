@@ -104,10 +104,10 @@ def format_table(result: dict) -> str:
     tables += [(f"win rate on {cid}", wr) for cid, wr in (result.get("per_criterion") or {}).items()]
     for label, wr in tables:
         names = wr.get("names") or []
+        lo, hi = (wr.get(k) or [[None] * len(names)] * len(names) for k in ("lo", "hi"))
         for i in range(len(names)):
             for j in range(i + 1, len(names)):
                 w = wr["matrix"][j][i]
-                lo, hi = (wr.get(k) or [[None] * len(names)] * len(names) for k in ("lo", "hi"))
                 ci = "" if lo[j][i] is None else f" [{lo[j][i]:.3f}, {hi[j][i]:.3f}]"
                 lines.append(f"{label}: {names[j]} over {names[i]} "
                              + ("n/a" if w is None else f"{w:.3f}{ci}"))

@@ -296,3 +296,13 @@ def make_judge(spec: str, cache_dir: str, *, remote: dict | None = None, **kw) -
     if spec.startswith("openai:"):
         return RemoteJudge(spec, cache_dir, **(remote or {}))
     return LocalJudge(spec, cache_dir, **kw)
+
+
+def suite_judge(args, spec: str, cache_dir: str) -> _CachedJudge:
+    """The judge a suite asks its pairwise questions through: the remote client settings and the in-process
+    question (--judge_questions; preflight refuses anything but "better" for a remote judge) from the command
+    line, so every suite reads a judge the same way."""
+    if spec.strip().startswith("openai:"):
+        return make_judge(spec, cache_dir, remote=dict(timeout_s=args.remote_timeout, max_retries=args.remote_retries,
+                                                       concurrency=args.remote_concurrency))
+    return make_judge(spec, cache_dir, questions=getattr(args, "judge_questions", "better") or "better")

@@ -25,6 +25,8 @@ import tempfile
 
 # Suites whose --data is a prompt JSONL (the others read their own formats through their own flags).
 PROMPT_JSONL_SUITES = ("pairwise_elo", "diagnostics", "gv_gap")
+# Suites that ask a judge which of two answers is better (--judge_questions chooses how an in-process judge is asked).
+PAIRWISE_SUITES = ("pairwise_elo", "rubric_score", "fixed_rubric", "gv_gap")
 # Suites that never judge: a --judge given to them is not contacted.
 JUDGELESS_SUITES = ("diagnostics",)
 
@@ -45,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overall | rubric:NAME_OR_PATH | rubric:NAME_OR_PATH@ID,ID (those criteria; with several, "
                         "pairwise_elo also reports each one's win rates)")
     p.add_argument("--judge_questions", default="better", choices=("better", "worse", "both"),
-                   help="pairwise_elo, in-process judges: the question asked of each pair (both: better and worse "
+                   help="pairwise questions of in-process judges (pairwise_elo, rubric_score's pairwise part, "
+                        "fixed_rubric's validation, gv_gap): the question asked of each pair (both: better and worse "
                         "pooled, rubric_jax.judge.JudgeConfig.questions; README, 'A judge apart from the policy')")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--data", default="", help="prompts JSONL (default: evals/data/creative_writing_eval.jsonl)")
@@ -109,8 +112,9 @@ def preflight(args) -> None:
     parse_models(args.models, base=args.base or None)
     specs = judge_specs(args)
     if getattr(args, "judge_questions", "better") != "better":
-        if args.suite != "pairwise_elo":
-            raise ValueError(f"--judge_questions={args.judge_questions}: only the pairwise_elo suite asks it")
+        if args.suite not in PAIRWISE_SUITES:
+            raise ValueError(f"--judge_questions={args.judge_questions}: the {args.suite} suite asks no pairwise "
+                             f"question (it is asked by {', '.join(PAIRWISE_SUITES)})")
         if any(s.startswith("openai:") for s in specs):
             raise ValueError(f"--judge_questions={args.judge_questions}: a remote judge answers the better "
                              f"question only; it reads the model's next-token scores, which an in-process judge "

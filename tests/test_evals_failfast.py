@@ -65,8 +65,8 @@ def test_bad_judge_spec_stops_before_generation(work, tmp_path, capsys, judge, r
 
 
 @pytest.mark.parametrize("flags,says", [
-    (["--judge=smollm2-135m-instruct", "--judge_questions=both", "--suite=rubric_score"],
-     "--judge_questions=both: only the pairwise_elo suite asks it"),
+    (["--judge=smollm2-135m-instruct", "--judge_questions=both", "--suite=health"],
+     "--judge_questions=both: the health suite asks no pairwise question"),
     (["--judge=openai:m@http://127.0.0.1:9/v1", "--judge_questions=worse"],
      "--judge_questions=worse: a remote judge answers the better question only"),
 ])

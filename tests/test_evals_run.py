@@ -151,6 +151,30 @@ def test_local_judge_asked_both_questions_reads_the_engines_pooled_preference(ti
         LocalJudge(tiny_qwen3[0], cache, questions="often")
 
 
+
+def test_every_pairwise_suite_asks_its_judge_through_one_door(monkeypatch):
+    """evals.judges.suite_judge hands an in-process judge the --judge_questions choice and a remote one the
+    client settings; every suite that asks a pairwise question builds its judge there (a suite calling
+    make_judge itself would ask the default question whatever the command line said)."""
+    import evals.judges as J
+    from evals.run import PAIRWISE_SUITES, parse_args
+
+    made = []
+    monkeypatch.setattr(J, "LocalJudge", lambda spec, cache, **kw: made.append(("local", spec, kw)))
+    monkeypatch.setattr(J, "RemoteJudge", lambda spec, cache, **kw: made.append(("remote", spec, kw)))
+    for suite in PAIRWISE_SUITES:
+        args = parse_args([f"--suite={suite}", "--models=a=smollm2", "--out=/x", "--judge_questions=both",
+                           "--remote_timeout=7", "--remote_retries=2", "--remote_concurrency=3"])
+        J.suite_judge(args, "smollm2-135m-instruct", "/c")
+        J.suite_judge(args, "openai:m@http://h/v1", "/c")
+    assert made[0] == ("local", "smollm2-135m-instruct", {"questions": "both"})
+    assert made[1] == ("remote", "openai:m@http://h/v1", {"timeout_s": 7.0, "max_retries": 2, "concurrency": 3})
+    assert made == made[:2] * len(PAIRWISE_SUITES)
+    suites_dir = os.path.join(ROOT, "evals", "suites")
+    for name in sorted(os.listdir(suites_dir)):
+        if name.endswith(".py"):
+            assert "make_judge(" not in open(os.path.join(suites_dir, name)).read(), name
+
 # ---------------------------------------------------------------------------------------------
 # Generation cache
 

@@ -382,6 +382,7 @@ def run(args) -> dict:
             f.write(json.dumps({**r, "answers": {n: answers[n][q] for n in names}}, ensure_ascii=False) + "\n")
     result["requests"] = [{"id": r["id"], "task": r["task"]} for r in recs]
     result["eval"] = {"suite": "fixed_rubric", "data": data, "requests": len(recs), "judge": judge_spec,
+                      "judge_questions": getattr(args, "judge_questions", "better"),
                       "scorer_fingerprint": scorer.fingerprint, "judge_fingerprint": result.pop("_jfp", None),
                       "score_mode": args.fixed_score_mode, "tie_eps": args.tie_eps, "seed": args.seed,
                       "generation": settings.key(), "bootstrap_reps": args.bootstrap, "level": 0.95,
@@ -398,12 +399,10 @@ def run(args) -> dict:
 
 def _pairwise(args, result, judge_spec, cache_dir, prompts, types, answers, pair) -> None:
     """Blind pairwise validation: both orders per request, one overall criterion; into result["pairwise"]."""
-    from evals.judges import make_judge
+    from evals.judges import suite_judge
     from rubric_jax.rubrics.types import Criterion
 
-    judge = make_judge(judge_spec, cache_dir, remote=dict(timeout_s=args.remote_timeout,
-                                                          max_retries=args.remote_retries,
-                                                          concurrency=args.remote_concurrency))
+    judge = suite_judge(args, judge_spec, cache_dir)
     crit = Criterion(id="overall_script", name="Overall script quality", check=PAIR_CRITERION_TEXT)
     p_ab, p_ba = np.empty(len(prompts)), np.empty(len(prompts))
     for q, prompt in enumerate(prompts):

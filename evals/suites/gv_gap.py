@@ -264,7 +264,7 @@ def _plot(stats: dict, path: str, title: str) -> None:
 
 def run(args) -> dict:
     from evals.generate import GenSettings, generate_answers
-    from evals.judges import OVERALL, make_judge
+    from evals.judges import OVERALL, suite_judge
     from evals.models import load_contestants, parse_models
     from evals.report import strict_json, write_json
     from evals.suites.pairwise_elo import DEFAULT_PROMPTS, load_prompts
@@ -291,12 +291,10 @@ def run(args) -> dict:
                                 batch_size=args.batch_size, progress=not args.quiet, desc=f"{policy.name} s{k}")
                for k in range(n)]
 
-    remote = dict(timeout_s=args.remote_timeout, max_retries=args.remote_retries,
-                  concurrency=args.remote_concurrency)
     ref_spec = (args.reference_judge or args.judge).strip()
     self_ref = ref_spec == args.judge.strip()
-    judge = make_judge(args.judge, cache_dir, remote=remote)
-    ref = judge if self_ref else make_judge(ref_spec, cache_dir, remote=remote)
+    judge = suite_judge(args, args.judge, cache_dir)
+    ref = judge if self_ref else suite_judge(args, ref_spec, cache_dir)
     crit = [OVERALL]
     all_pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
 
@@ -345,6 +343,7 @@ def run(args) -> dict:
     stats["verification_known_by_kind"] = by_kind([k for p in per_prompt for k in p["known"]])
     result = {
         "suite": "gv_gap", "policy": policy.name, "judge": args.judge, "reference_judge": ref_spec,
+        "judge_questions": getattr(args, "judge_questions", "better"),
         "self_referential": self_ref, "samples": n, "margin": args.margin, "prompts": len(prompts),
         "data": os.path.abspath(data), "seed": args.seed, "generation_settings": settings.key(),
         "level": LEVEL, "bootstrap": args.bootstrap, **stats, "per_prompt": per_prompt,

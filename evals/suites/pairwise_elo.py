@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from evals.generate import GenSettings, generate_answers, word_count
-from evals.judges import make_judge, parse_criteria
+from evals.judges import parse_criteria, suite_judge
 from evals.models import load_contestants, parse_models
 from evals.report import write_report
 
@@ -142,12 +142,8 @@ def run(args) -> dict:
                                 "answers": {n: [a[q] for a in answers[n]] for n in answers}},
                                ensure_ascii=False) + "\n")
 
-    remote = dict(timeout_s=args.remote_timeout, max_retries=args.remote_retries,
-                  concurrency=args.remote_concurrency)
-    questions = getattr(args, "judge_questions", "better") or "better"  # a remote judge is refused in preflight
-    local = {} if questions == "better" else {"questions": questions}
-    judges = [(spec, make_judge(spec, cache_dir, remote=remote, **({} if spec.startswith("openai:") else local)))
-              for spec in judge_specs]
+    questions = getattr(args, "judge_questions", "better") or "better"
+    judges = [(spec, suite_judge(args, spec, cache_dir)) for spec in judge_specs]
     comps = collect(prompts, answers, judges, criteria, progress=not args.quiet)
     np.savez(os.path.join(args.out, "comparisons.npz"), **comps)
 

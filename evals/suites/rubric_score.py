@@ -305,7 +305,7 @@ def add_args(group) -> None:
 
 
 def run(args) -> dict:
-    from evals.judges import make_judge
+    from evals.judges import suite_judge
     from evals.models import load_contestants, parse_models
     from evals.report import plot_ratings, plot_win_rates, render_markdown
 
@@ -356,9 +356,7 @@ def run(args) -> dict:
 
     pairwise = None
     if len(names) >= 2:
-        judge = make_judge(jspec, cache_dir, remote=dict(timeout_s=args.remote_timeout,
-                                                        max_retries=args.remote_retries,
-                                                        concurrency=args.remote_concurrency))
+        judge = suite_judge(args, jspec, cache_dir)
         rows = {k: [] for k in ("a", "b", "p_a", "prompt", "len_a", "len_b")}
         for q, prompt in enumerate(texts):
             flat = [(ci, ans[q]) for ci, n in enumerate(names) for ans in answers[n]]
@@ -381,6 +379,7 @@ def run(args) -> dict:
               "pairwise": pairwise, "diagnostics": diag,
               "eval": {"suite": "rubric_score", "data": os.path.abspath(data), "prompts": len(prompts),
                        "items": len(items), "iterations": args.iterations, "judge": jspec, "seed": args.seed,
+                       "judge_questions": getattr(args, "judge_questions", "better"),
                        "score_mode": args.score_mode, "generation": {"max_new_tokens": args.max_new_tokens,
                                                                      "temperature": args.temperature}}}
     write_json(os.path.join(args.out, "results.json"), result)

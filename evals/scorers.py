@@ -7,12 +7,15 @@ Scores are cached on disk, keyed by (scorer fingerprint, prompt, answer, criteri
 twice.
 
 How an in-process model scores (`mode`):
-  logit     the expected score under the judge's next-token distribution over the allowed digits, renormalised
-            (smooth, never unreadable unless the digits hold less than `min_mass` of the probability);
-  hard      the most probable allowed digit;
+  logit     the expected score under the judge's next-token distribution over the allowed scores, renormalised
+            (smooth, never unreadable unless they hold less than `min_mass` of the probability); a scale past
+            9 (0-10, 0-20) is read digit by digit, one more lane per leading digit of a two-digit score
+            (rubric_jax.judge.pointwise.two_digit_probs; tokenizers that split numbers into digits only);
+  hard      the most probable allowed score;
   generate  the judge writes a short rationale and a "Score: N" line, which is parsed;
   auto      (default) logit where every criterion's scale fits single-digit tokens (max_points <= 9), generate
-            otherwise: scores like "0-20" or "0-10" need two-digit numbers, which are several tokens.
+            otherwise (a judge's written score, as the suites' papers read it; logit is the fast, deterministic
+            choice for those scales on a CPU).
 A remote scorer always asks for the scores in text and parses them (rubric_jax.rare.remote_scoring).
 """
 
@@ -122,9 +125,6 @@ class LocalScorer(_CachedScorer):
 
     def _score(self, prompt, answers, criteria):
         mode = self.mode_for(criteria)
-        if mode != "generate" and max(c.max_points for c in criteria) > MAX_DIGIT:
-            raise ValueError(f"scorer mode {mode!r} reads one digit token: scales above 0..{MAX_DIGIT} need "
-                             f"mode 'generate' (or 'auto')")
         res = self.judge.pointwise_batch([prompt], [list(answers)], criteria, mode=mode)[0]
         return np.where(np.asarray(res.valid, bool), np.asarray(res.scores, np.float64), np.nan)
 

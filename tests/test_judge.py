@@ -452,3 +452,97 @@ def test_generate_parse_and_seeds_for_binary_criteria(qwen_tokenizer):
     k0, k0b, k1 = sequence_keys(seqs), sequence_keys(seqs, 0), sequence_keys(seqs, 1)
     assert (jax.random.key_data(k0) == jax.random.key_data(k0b)).all()
     assert not (jax.random.key_data(k0) == jax.random.key_data(k1)).all(axis=-1).any()
+
+
+SCALE20 = Criterion(id="craft20", name="Craft", check="Sentences are precise and varied.", max_points=20,
+                    levels=tuple(f"level {k}" for k in range(21)))
+SCALE10 = Criterion(id="fit10", name="Fit", check="The text answers the task.", max_points=10,
+                    levels=tuple(f"level {k}" for k in range(11)))
+
+
+def test_two_digit_probs_by_hand():
+    """The readout's formula on made-up next-token logits (the lse is 0, so each logit is a log-probability):
+    0..20 with P0 = {0: .1, 1: .3, 2: .4, 5: .1} (.1 elsewhere in the vocabulary), after "1": P(4) = .5,
+    P(0) = .25 (so the number ends with .25), after "2": P(0) = .6, P(7) = .2 ("27" is off the scale)."""
+    from rubric_jax.judge.pointwise import two_digit_probs
+
+    def logits(probs):
+        v = np.full(11, -np.inf)
+        for d, p in probs.items():
+            v[d] = np.log(p)
+        v[10] = 0.0
+        return v
+
+    pr, log_mass = two_digit_probs(logits({0: .1, 1: .3, 2: .4, 5: .1}),
+                                   {1: logits({4: .5, 0: .25}), 2: logits({0: .6, 7: .2})}, range(21))
+    q = np.zeros(21)
+    q[0], q[5] = .1, .1
+    q[1], q[14], q[10] = .3 * .25, .3 * .5, .3 * .25
+    q[2], q[20] = .4 * (1 - .8), .4 * .6
+    np.testing.assert_allclose(pr, q / q.sum(), atol=1e-12)
+    assert log_mass == pytest.approx(np.log(q.sum()))
+    # a binary 0-or-20 criterion: only those two compete
+    pr, _ = two_digit_probs(logits({0: .1, 2: .4}), {1: logits({}), 2: logits({0: .6})}, (0, 20))
+    np.testing.assert_allclose(pr, [.1 / (.1 + .24), .24 / (.1 + .24)])
+    # no allowed score has probability (the judge writes no digit): unreadable
+    pr, log_mass = two_digit_probs(logits({}), {1: logits({}), 2: logits({})}, range(21))
+    assert np.isnan(pr).all() and log_mass == -np.inf
+
+
+@pytest.mark.slow
+def test_two_digit_scales_read_digit_by_digit_equal_full_sequences(judge, tiny_qwen3_model, qwen_tokenizer):
+    """0..20 and 0..10 scales in logit mode against plain forwards of the full sequences: the criterion's
+    suffix, and the suffix followed by each leading digit; expected score and hard score from the same
+    probabilities. A one-digit criterion in the same call reads as before."""
+    from rubric_jax.judge.prompts import digit_token_ids
+
+    crits = [SCALE20, SCALE10, CRITERIA[1]]
+    soft = judge.pointwise(PROMPT, RESPONSES, crits, mode="logit")
+    hard = judge.pointwise(PROMPT, RESPONSES, crits, mode="hard")
+    pb = PromptBuilder(qwen_tokenizer)
+    ids = digit_token_ids(qwen_tokenizer, 9)
+    heads = [pb.head("point", qwen_tokenizer.encode(PROMPT), qwen_tokenizer.encode(r)) for r in RESPONSES]
+    for c, cr in enumerate(crits[:2]):
+        lead = range(1, cr.max_points // 10 + 1)
+        seqs = [list(h) + list(pb.suffix("point", cr)) + ([ids[d]] if d else []) for h in heads for d in [0, *lead]]
+        import jax.numpy as jnp
+
+        t = max(len(s) for s in seqs)
+        toks = np.full((len(seqs), t), qwen_tokenizer.pad_id, np.int32)
+        mask = np.zeros((len(seqs), t), bool)
+        for i, s in enumerate(seqs):
+            toks[i, :len(s)], mask[i, :len(s)] = s, True
+        logits, _ = tiny_qwen3_model(jnp.asarray(toks), mask_bt=jnp.asarray(mask))
+        last = np.asarray(logits, np.float64)[np.arange(len(seqs)), [len(s) - 1 for s in seqs]]
+        logp = last - np.log(np.exp(last - last.max(-1, keepdims=True)).sum(-1, keepdims=True)) - last.max(
+            -1, keepdims=True)
+        p = np.exp(logp[:, ids]).reshape(len(RESPONSES), 1 + len(lead), 10)
+        for a in range(len(RESPONSES)):
+            q = np.array([p[a, 0, s] * (1 - p[a, s].sum()) if 1 <= s <= len(lead) else
+                          (p[a, 0, s] if s < 10 else p[a, 0, s // 10] * p[a, s // 10, s % 10])
+                          for s in range(cr.max_points + 1)])
+            np.testing.assert_allclose(soft.probs[a, c, :cr.max_points + 1], q / q.sum(), atol=2e-5)
+            assert soft.scores[a, c] == pytest.approx(np.dot(q / q.sum(), np.arange(cr.max_points + 1)), abs=1e-3)
+            assert hard.scores[a, c] == np.argmax(q)
+    assert soft.valid.all() and (soft.scores[:, 2] <= 3).all()
+    one = judge.pointwise(PROMPT, RESPONSES, [CRITERIA[1]], mode="logit")
+    np.testing.assert_allclose(soft.probs[:, 2, :4], one.probs[:, 0, :4], atol=1e-6)
+
+
+def test_a_tokenizer_that_merges_digits_cannot_read_two_digit_scales(qwen_tokenizer):
+    from rubric_jax.judge.prompts import check_digit_by_digit, digit_token_ids
+
+    ids = digit_token_ids(qwen_tokenizer, 9)
+    check_digit_by_digit(qwen_tokenizer, ids, 20)  # Qwen's tokenizer writes numbers digit by digit
+
+    class Merging:
+        name = "merging"
+
+        def encode(self, text):
+            return [999] if text == "14" else [ids[int(ch)] for ch in text]
+
+    with pytest.raises(VerdictTokenError, match="writes 14 as tokens \\[999\\], not digit by digit"):
+        check_digit_by_digit(Merging(), ids, 20)
+    check_digit_by_digit(Merging(), ids, 13)
+    with pytest.raises(VerdictTokenError, match="at most two digits"):
+        check_digit_by_digit(Merging(), ids, 100)

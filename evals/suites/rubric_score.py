@@ -206,7 +206,8 @@ def log(args, msg: str) -> None:
 
 def add_scorer_args(group) -> None:
     group.add_argument("--score_mode", default="auto", choices=("auto", "logit", "hard", "generate"),
-                       help="pointwise scorer mode (evals.scorers; 0-10 / 0-20 scales need generate, auto does)")
+                       help="pointwise scorer mode (evals.scorers; auto: generate for the 0-10 / 0-20 scales; "
+                            "logit reads them digit by digit)")
     group.add_argument("--score_tokens", type=int, default=96,
                        help="tokens the in-process judge may write before its 'Score: N' line")
 

@@ -11,8 +11,13 @@ and listwise verdicts and the constraint verifier:
 Every criterion of response a is a lane under head(a), so a response is read once however many criteria
 score it. In logit mode the score is the expectation over the criterion's own scores (0 or m for a binary
 criterion, 0..m otherwise) of the softmax over those digit tokens only; hard mode takes the argmax; generate
-mode parses the written "Score: N" line (scales past one digit token work there). A verdict whose allowed
-digit tokens hold less than `min_verdict_mass` of the probability is unreadable: score 0, valid False.
+mode parses the written "Score: N" line. A verdict whose allowed digit tokens hold less than
+`min_verdict_mass` of the probability is unreadable: score 0, valid False.
+
+Scales past 9 (0..10, 0..20) in logit and hard modes, for tokenizers that write numbers digit by digit
+(prompts.check_digit_by_digit): a criterion gets one more lane per possible leading digit d of a two-digit
+score, suffix(c) + [d], whose next-token distribution says how the number goes on (two_digit_probs). The
+lanes share head(a), so the extra cost is a few suffix tokens, not another read of the response.
 """
 
 from __future__ import annotations
@@ -26,11 +31,41 @@ import numpy as np
 
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest
 from rubric_jax.judge.common import PointwiseResult
-from rubric_jax.judge.prompts import SuffixTable, digit_token_ids
+from rubric_jax.judge.prompts import SuffixTable, check_digit_by_digit, digit_token_ids
 from rubric_jax.rewards import health
 from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 
-__all__ = ["pointwise_batch"]
+__all__ = ["pointwise_batch", "two_digit_probs"]
+
+ONE_DIGIT = 9  # the largest score written as one token
+
+
+def two_digit_probs(first: np.ndarray, then: dict[int, np.ndarray], allowed) -> tuple[np.ndarray, float]:
+    """P(score = s) for s in `allowed` (a scale up to 99) from two next-token readings, and log of the mass.
+
+    `first`: logits of the digit tokens "0".."9" where the score starts, then the log-sum-exp over the whole
+    vocabulary; `then[d]`: the same after the judge has written the digit d, for each d that can start a
+    two-digit allowed score. With P0(d) = exp(first[d] - lse), P_d(e) = exp(then[d][e] - lse_d) and
+    P_d(end) = 1 - sum_e P_d(e) (anything but a digit ends the number):
+
+        q(s) = P0(s) * P_d=s(end)       s < 10 and s starts a two-digit score,
+        q(s) = P0(s)                    s < 10 otherwise (a digit after it would leave the scale),
+        q(s) = P0(s // 10) * P_{s // 10}(s % 10)      s >= 10,
+        P(s) = q(s) / sum_{s' allowed} q(s'),     mass = sum_{s' allowed} q(s')   (log returned).
+
+    The result is NaN (an unreadable verdict) when no allowed score has any probability."""
+    allowed = [int(s) for s in allowed]
+    p0 = np.exp(np.asarray(first[:10], np.float64) - float(first[-1]))
+    pn = {d: np.exp(np.asarray(v[:10], np.float64) - float(v[-1])) for d, v in then.items()}
+    q = np.empty(len(allowed))
+    for k, s in enumerate(allowed):
+        if s < 10:
+            q[k] = p0[s] * (max(0.0, 1.0 - pn[s].sum()) if s in pn else 1.0)
+        else:
+            q[k] = p0[s // 10] * pn[s // 10][s % 10]
+    total = q.sum()
+    with np.errstate(all="ignore"):
+        return q / total, (math.log(total) if total > 0 else -math.inf)
 
 
 def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
@@ -44,8 +79,10 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
     per_prompt = judge._criteria_per_prompt(criteria, len(prompts))
     gen = mode == "generate"
     m_all = max(cr.max_points for crits in per_prompt for cr in crits)
-    # generate mode parses the written score, so scales past one digit token (0..10, 0..20) work there
-    ids = [] if gen else digit_token_ids(judge.tokenizer, m_all)
+    # generate mode parses the written score; logit and hard read scales past 9 digit by digit
+    ids = [] if gen else digit_token_ids(judge.tokenizer, min(m_all, ONE_DIGIT))
+    if not gen and m_all > ONE_DIGIT:
+        check_digit_by_digit(judge.tokenizer, ids, m_all)
     suffix_of = SuffixTable(judge.prompts, "point", gen)
     mode_class = "gen:" + repr((judge.config.gen_max_new_tokens, judge.config.gen_temperature,
                                 judge.config.gen_top_k, seed)) if gen else "logit"
@@ -61,11 +98,16 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
                                         "", criterion_digest(cr))
                 work.append((key, head, (), suffix_of.add(cr)))
                 where.append((gr, a, c, key))
+                if not gen:
+                    for d in range(1, min(cr.max_points // 10, ONE_DIGIT) + 1):  # leading digits of 10..max
+                        work.append((key + f"|then{d}", head, (), suffix_of.add(cr, (ids[d],))))
     got = judge._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
     for gr in groups:
-        gr["raw"] = {}
+        gr["raw"], gr["then"] = {}, {}
     for gr, a, c, key in where:
         gr["raw"][a, c] = got[key]
+        gr["then"][a, c] = {} if gen else {d: got[key + f"|then{d}"]
+                                           for d in range(1, min(gr["crits"][c].max_points // 10, ONE_DIGIT) + 1)}
     results = [_point_result(judge, gr, mode, m_all) for gr in groups]
     judge.stats.seconds += time.perf_counter() - t0
     return results
@@ -87,12 +129,15 @@ def _point_result(judge, gr, mode, m_all) -> PointwiseResult:
             continue
         # Only the criterion's own scores compete (0 or m for a binary criterion, 0..m otherwise).
         allowed = np.asarray(crits[c].scores)
-        lg = v[allowed].astype(np.float64)
-        mx = lg.max()
-        e = np.exp(lg - mx)
-        pr = e / e.sum()
+        if crits[c].max_points > ONE_DIGIT:
+            pr, mass = two_digit_probs(v, gr["then"][a, c], allowed)
+        else:
+            lg = v[allowed].astype(np.float64)
+            mx = lg.max()
+            e = np.exp(lg - mx)
+            pr = e / e.sum()
+            mass = math.log(e.sum()) + mx - float(v[-1])
         probs[a, c, allowed] = pr
-        mass = math.log(e.sum()) + mx - float(v[-1])
         ok = bool(np.all(np.isfinite(pr)))
         if judge.config.min_verdict_mass > 0:
             ok &= mass >= math.log(judge.config.min_verdict_mass)

@@ -135,6 +135,21 @@ def digit_token_ids(tokenizer, max_points: int) -> list[int]:
                              f"pointwise scale 0..{max_points}")
 
 
+def check_digit_by_digit(tokenizer, ids: Sequence[int], max_points: int) -> None:
+    """Raises VerdictTokenError unless every score 10..max_points encodes as its digits' own tokens (`ids`: the
+    tokens of "0".."9"), which the two-token readout of pointwise.two_digit_probs relies on. Qwen's and
+    SmolLM2's tokenizers split numbers into digits; a tokenizer that merges "14" into one token must score
+    scales past 9 in generate mode."""
+    if max_points > 99:
+        raise VerdictTokenError(f"pointwise scale 0..{max_points}: the digit readout reads at most two digits")
+    for s in range(10, max_points + 1):
+        got = list(tokenizer.encode(str(s)))
+        if got != [ids[int(ch)] for ch in str(s)]:
+            raise VerdictTokenError(
+                f"pointwise scale 0..{max_points}: the judge tokenizer {getattr(tokenizer, 'name', '')!r} writes "
+                f"{s} as tokens {got}, not digit by digit; score this scale in generate mode")
+
+
 def pairwise_criterion_text(c: Criterion) -> str:
     return f"{c.name}: {c.check}"
 
@@ -254,12 +269,14 @@ class SuffixTable:
         self.crits: list[Criterion] = []
         self._index: dict[Criterion, int] = {}
 
-    def add(self, c: Criterion) -> int:
-        if c not in self._index:
-            self._index[c] = len(self.table)
-            self.table.append(self.prompts.suffix(self.kind, c, self.generate))
+    def add(self, c: Criterion, then: tuple[int, ...] = ()) -> int:
+        """The index of criterion c's suffix, followed by the tokens `then` (the first digit of a two-digit
+        score, whose next-token distribution the readout needs)."""
+        if (c, then) not in self._index:
+            self._index[c, then] = len(self.table)
+            self.table.append(self.prompts.suffix(self.kind, c, self.generate) + tuple(then))
             self.crits.append(c)
-        return self._index[c]
+        return self._index[c, then]
 
     def __getitem__(self, i: int) -> tuple[int, ...]:
         return self.table[i]

@@ -136,6 +136,8 @@ def test_run_with_fake_models(tmp_path, monkeypatch):
     assert res["models"][0]["name"] == "good"
     assert by["good"]["craft"] == 8.0 and by["good"]["integration"] == 6.0
     assert by["good"]["score"] == pytest.approx((8 * 8 + 6 * 4) / 12)
+    assert by["good"]["per_story"] == pytest.approx([(8 * 8 + 6 * 4) / 12] * 3)
+    assert by["bad"]["per_story"] == pytest.approx([(2 * 8 + 1 * 4) / 12] * 3)
     assert by["good"]["in_word_range"] == 1.0 and by["bad"]["in_word_range"] == 0.0
     assert res["questions"][:8] == [q for q, _, _ in el.CRAFT]
     assert len(res["stories"]) == 3 and all(len(s["elements"]) == 4 for s in res["stories"])

@@ -198,6 +198,7 @@ def test_run_with_fake_models_writes_scores_margins_and_report(tmp_path, monkeyp
     rub = {m["name"]: m for m in res["rubric"]["models"]}
     assert rub["good"]["score_20"] == 15.0 and rub["good"]["score_100"] == 75.0  # 15 and 20 - 5
     assert rub["bad"]["score_20"] == 5.0
+    assert rub["good"]["per_answer"] == [15.0] * 6 and rub["bad"]["per_answer"] == [5.0] * 6  # items x iterations
     assert res["rubric"]["models"][0]["name"] == "good"
     elo = {m["name"]: m["elo"] for m in res["pairwise"]["models"]}
     assert elo["good"] > elo["bad"] + 400

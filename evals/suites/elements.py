@@ -128,6 +128,7 @@ def summarise(grades: dict[str, list[dict[str, float]]]) -> dict:
 
         out[name] = {"score": m(story_all), "craft": m(story_craft), "integration": m(story_int),
                      "per_question": {q: m(v) for q, v in per_q.items()},
+                     "per_story": [None if not np.isfinite(x) else x for x in story_all],
                      "unreadable": float(np.mean([not np.isfinite(v) for g in stories for v in g.values()]))}
     return out
 

@@ -351,8 +351,11 @@ def run(args) -> dict:
         with np.errstate(all="ignore"):
             per_crit = np.nanmean(pts, axis=0) if np.isfinite(pts).any() else np.full(len(crits), np.nan)
         score = float(np.nanmean(pts)) if np.isfinite(pts).any() else float("nan")
+        with np.errstate(all="ignore"):
+            per_answer = np.nanmean(pts, axis=1)  # item-major: the items in order (each member's answer)
         rubric_models.append({"name": n, "score_20": score, "score_100": 5 * score,
                               "unreadable": float(np.isnan(pts).mean()),
+                              "per_answer": [None if not np.isfinite(x) else float(x) for x in per_answer],
                               "per_criterion": {c.id: float(v) for c, v in zip(crits, per_crit)}})
 
     pairwise = None

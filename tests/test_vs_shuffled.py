@@ -1,0 +1,94 @@
+"""evals.vs_shuffled: each suite's row from its results, the paired interval, the command lines it runs, the
+exit status; and (heavy tier) the real check: the 1.5B judge ranks SmolLM2 above its word-shuffled copy in
+every suite."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from evals import vs_shuffled as V
+
+
+def test_paired_difference_matches_a_hand_computed_bootstrap():
+    a, b = [3.0, 5.0, None, 4.0, 6.0], [1.0, 4.0, 2.0, np.nan, 2.0]
+    d = V.paired_difference(a, b, reps=500, seed=3)
+    kept = np.array([2.0, 1.0, 4.0])  # items both scored
+    assert d["estimate"] == pytest.approx(kept.mean()) and d["n"] == 3
+    rng = np.random.default_rng(3)
+    boots = kept[rng.integers(0, 3, (500, 3))].mean(axis=1)
+    assert (d["lo"], d["hi"]) == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])))
+    assert V.paired_difference([None], [1.0])["estimate"] is None
+    with pytest.raises(ValueError, match="2 against 3 items"):
+        V.paired_difference([1, 2], [1, 2, 3])
+
+
+RESULTS = {
+    "pairwise_elo": {"win_rate": {"names": ["shuffled", "model"], "matrix": [[0.5, 0.2], [0.8, 0.5]],
+                                  "lo": [[0.5, 0.1], [0.7, 0.5]], "hi": [[0.5, 0.3], [0.9, 0.5]]},
+                     "models": [{"name": "model", "elo": 1100.0}, {"name": "shuffled", "elo": 1000.0}],
+                     "eval": {"prompts": 8}},
+    "rubric_score": {"rubric": {"models": [{"name": "model", "score_20": 12.0, "per_answer": [12.0, 12.0]},
+                                           {"name": "shuffled", "score_20": 6.0, "per_answer": [5.0, 7.0]}]}},
+    "elements": {"models": [{"name": "shuffled", "score": 2.0, "per_story": [2.0, 2.0, 2.0]},
+                            {"name": "model", "score": 1.0, "per_story": [1.0, 1.0, 1.0]}]},
+    "health": {"models": {"model": {"overall": {"mean": 0.6}}, "shuffled": {"overall": {"mean": 0.2}}},
+               "examples": [{"scores": {"model": 0.5, "shuffled": 0.25}}, {"scores": {"model": 0.7,
+                                                                                      "shuffled": 0.15}}]},
+    "fixed_rubric": {"models": {n: {"macro": {"overall": v[0]}, "per_script": {"overall": v[1]}}
+                                for n, v in (("model", (50.0, [40.0, 60.0])), ("shuffled", (20.0, [20.0, 20.0])))}},
+    "gv_gap": {"verification_known": {"estimate": 0.75, "lo": 0.55, "hi": 0.9, "pairs": 12}},
+}
+
+
+@pytest.mark.parametrize("suite", V.SUITES)
+def test_each_suite_gives_one_row(suite):
+    row = V.summarise(suite, RESULTS[suite], reps=200, seed=0)
+    want = {"pairwise_elo": (0.8, 0.7, 0.9, 8, 0.5, True), "gv_gap": (0.75, 0.55, 0.9, 12, 0.5, True),
+            "rubric_score": (6.0, None, None, 2, 0.0, True), "elements": (-1.0, -1.0, -1.0, 3, 0.0, False),
+            "health": (0.4, None, None, 2, 0.0, True), "fixed_rubric": (30.0, None, None, 2, 0.0, True)}[suite]
+    est, lo, hi, n, null, holds = want
+    assert row["estimate"] == pytest.approx(est) and row["n"] == n and row["null"] == null
+    assert row["holds"] is holds
+    if lo is not None:
+        assert (row["lo"], row["hi"]) == pytest.approx((lo, hi))
+    assert row["lo"] <= row["estimate"] <= row["hi"]
+    assert row["sure"] == (row["lo"] > null)
+
+
+def test_runs_every_suite_and_says_which_hold(tmp_path, monkeypatch, capsys):
+    """main with evals.run replaced by a writer of known results: one command line a suite (the pairwise
+    question only where a suite asks one, no shuffled contestant for gv_gap), the table, the JSON and the exit
+    status (1: elements' row does not hold)."""
+    import evals.run
+
+    seen = []
+
+    def fake_run(argv):
+        seen.append(argv)
+        flags = dict(a.split("=", 1) for a in argv if "=" in a)
+        os.makedirs(flags["--out"], exist_ok=True)
+        with open(os.path.join(flags["--out"], "results.json"), "w") as f:
+            json.dump(RESULTS[flags["--suite"]], f)
+        return 0
+
+    monkeypatch.setattr(evals.run, "main", fake_run)
+    out = tmp_path / "out"
+    rc = V.main(["--judge=j", f"--out={out}", "--model=m", f"--cache_dir={tmp_path}", "--bootstrap=100"])
+    assert rc == 1
+    assert [dict(a.split("=", 1) for a in s if "=" in a)["--suite"] for s in seen] == list(V.SUITES)
+    for s in seen:
+        flags = dict(a.split("=", 1) for a in s if "=" in a)
+        assert ("--judge_questions" in flags) == (flags["--suite"] in V.PAIRWISE)
+        assert flags["--models"] == ("model=m" if flags["--suite"] == "gv_gap" else "model=m,shuffled=shuffled:m")
+        assert flags["--judge"] == "j" and flags["--out"] == str(out / flags["--suite"])
+    rows = json.loads((out / "vs_shuffled.json").read_text())["rows"]
+    assert [r["suite"] for r in rows] == list(V.SUITES)
+    table = (out / "vs_shuffled.md").read_text()
+    assert "| elements |" in table and "**no**" in table and table in capsys.readouterr().out
+    assert V.main(["--judge=j", f"--out={out}", "--suites=health,gv_gap"]) == 0
+    assert V.main(["--judge=j", f"--out={out}", "--suites=health,typo"]) == 2
+    monkeypatch.setattr(evals.run, "main", lambda argv: 2)
+    assert V.main(["--judge=j", f"--out={out}", "--suites=health"]) == 2
+    assert "failed: evals.run exited 2" in (out / "vs_shuffled.md").read_text()

@@ -163,6 +163,7 @@ def make_scorer(spec: str, cache_dir: str, *, mode: str = "auto", remote: dict |
 
 def scale_criterion(id: str, name: str, check: str, max_points: int, low: str, high: str) -> Criterion:
     """A criterion on 0..max_points whose levels run from `low` (0) to `high` (max_points), the ones between
-    described by their position, so a suite can define a 0-10 or 0-20 scale from two anchor texts."""
-    levels = [low] + [f"between the two: {k} of {max_points}" for k in range(1, max_points)] + [high]
+    sharing one description (the judge reads them as one line, "1-19: ...", rubric_jax.judge.prompts), so a
+    suite can define a 0-10 or 0-20 scale from two anchor texts."""
+    levels = [low] + [f"in between, higher the closer it comes to {max_points}"] * (max_points - 1) + [high]
     return Criterion(id=id, name=name, check=check, levels=tuple(levels), max_points=max_points)

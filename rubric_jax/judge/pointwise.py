@@ -16,8 +16,9 @@ mode parses the written "Score: N" line. A verdict whose allowed digit tokens ho
 
 Scales past 9 (0..10, 0..20) in logit and hard modes, for tokenizers that write numbers digit by digit
 (prompts.check_digit_by_digit): a criterion gets one more lane per possible leading digit d of a two-digit
-score, suffix(c) + [d], whose next-token distribution says how the number goes on (two_digit_probs). The
-lanes share head(a), so the extra cost is a few suffix tokens, not another read of the response.
+score, suffix(c) + [d], whose next-token distribution says how the number goes on (two_digit_probs). Such a
+criterion's suffix but its last token is the body of a unit of its own under head(a), so its lanes cost
+one or two tokens each, not another read of the criterion or the response.
 """
 
 from __future__ import annotations
@@ -96,11 +97,16 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
             for c, cr in enumerate(crits):
                 key = JudgmentCache.key(judge.model_id, judge.prompts.fingerprint, "point", mode_class, d_p, d_r[a],
                                         "", criterion_digest(cr))
-                work.append((key, head, (), suffix_of.add(cr)))
                 where.append((gr, a, c, key))
-                if not gen:
-                    for d in range(1, min(cr.max_points // 10, ONE_DIGIT) + 1):  # leading digits of 10..max
-                        work.append((key + f"|then{d}", head, (), suffix_of.add(cr, (ids[d],))))
+                if gen or cr.max_points <= ONE_DIGIT:
+                    work.append((key, head, (), suffix_of.add(cr)))
+                    continue
+                # a two-digit scale: the criterion's text is the body of its own unit, read once, and its
+                # lanes are the suffix's last token alone and followed by each leading digit of 10..max
+                body = suffix_of.body(cr)
+                work.append((key, head, body, suffix_of.add(cr, split=True)))
+                for d in range(1, min(cr.max_points // 10, ONE_DIGIT) + 1):
+                    work.append((key + f"|then{d}", head, body, suffix_of.add(cr, (ids[d],), split=True)))
     got = judge._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
     for gr in groups:
         gr["raw"], gr["then"] = {}, {}

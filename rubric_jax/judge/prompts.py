@@ -155,8 +155,18 @@ def pairwise_criterion_text(c: Criterion) -> str:
 
 
 def pointwise_criterion_text(c: Criterion) -> str:
-    levels = "\n".join(f"{k}: {c.level_text(k)}" for k in c.scores)
-    return f"{c.name}: {c.check}\nScores:\n{levels}"
+    """The criterion with its score levels; a run of consecutive scores with one description is one line
+    ("1-19: ..."), so a 0..20 scale described by its two ends costs three lines of the judge's context, not 21."""
+    lines, scores = [], list(c.scores)
+    k = 0
+    while k < len(scores):
+        end = k
+        while end + 1 < len(scores) and c.level_text(scores[end + 1]) == c.level_text(scores[k]):
+            end += 1
+        span = f"{scores[k]}" if end == k else f"{scores[k]}-{scores[end]}"
+        lines.append(f"{span}: {c.level_text(scores[k])}")
+        k = end + 1
+    return f"{c.name}: {c.check}\nScores:\n" + "\n".join(lines)
 
 
 def _split(rendered: str, order: Sequence[str]) -> list[str]:
@@ -269,14 +279,20 @@ class SuffixTable:
         self.crits: list[Criterion] = []
         self._index: dict[Criterion, int] = {}
 
-    def add(self, c: Criterion, then: tuple[int, ...] = ()) -> int:
+    def add(self, c: Criterion, then: tuple[int, ...] = (), split: bool = False) -> int:
         """The index of criterion c's suffix, followed by the tokens `then` (the first digit of a two-digit
-        score, whose next-token distribution the readout needs)."""
-        if (c, then) not in self._index:
-            self._index[c, then] = len(self.table)
-            self.table.append(self.prompts.suffix(self.kind, c, self.generate) + tuple(then))
+        score, whose next-token distribution the readout needs). `split`: only the suffix's last token (and
+        `then`); the rest, `body(c)`, is then read once as the body its lanes share."""
+        if (c, then, split) not in self._index:
+            self._index[c, then, split] = len(self.table)
+            full = self.prompts.suffix(self.kind, c, self.generate)
+            self.table.append((full[-1:] if split else full) + tuple(then))
             self.crits.append(c)
-        return self._index[c, then]
+        return self._index[c, then, split]
+
+    def body(self, c: Criterion) -> tuple[int, ...]:
+        """Criterion c's suffix but its last token (the shared part of its `split` lanes)."""
+        return self.prompts.suffix(self.kind, c, self.generate)[:-1]
 
     def __getitem__(self, i: int) -> tuple[int, ...]:
         return self.table[i]

@@ -157,3 +157,18 @@ def test_dropout_mask_statistics_and_jit():
     w = np.asarray(jax.jit(lambda k: dropout_weights(k, 5, 0.9))(jax.random.key(3)))
     np.testing.assert_allclose(w.sum(), 1.0, rtol=1e-6)
     assert set(np.unique(w).tolist()) <= {0.0, 1.0 / (w > 0).sum()}
+
+
+def test_reachable_criteria_are_the_ones_a_run_of_that_length_introduces():
+    """The judge's last compiled shape is planned for these (rubric_jax.rl.setup): K(steps - 1) under a fixed
+    curriculum, every criterion otherwise."""
+    from rubric_jax.rl.reward import RewardConfig, reachable_criteria
+
+    crits = [f"c{k}" for k in range(13)]
+    fixed = lambda interval: RewardConfig(curriculum=True, interval=interval)
+    assert reachable_criteria(crits, fixed(14), 32) == crits[:3]  # introduced at steps 0, 14 and 28
+    assert reachable_criteria(crits, fixed(14), 29) == crits[:3] and reachable_criteria(crits, fixed(14), 28) == crits[:2]
+    assert reachable_criteria(crits, fixed(100), 1) == crits[:1]
+    assert reachable_criteria(crits, fixed(10), 1000) == crits
+    assert reachable_criteria(crits, RewardConfig(curriculum=False), 5) == crits
+    assert reachable_criteria(crits, RewardConfig(curriculum=True, interval=2, pacing="auto"), 3) == crits

@@ -20,7 +20,7 @@ from rubric_jax.models.loading import load_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rl import setup as setup_mod, trainer, validate
 from rubric_jax.rl.checkpoint import Checkpointer
-from rubric_jax.rl.reward import judge_rewards
+from rubric_jax.rl.reward import judge_rewards, reachable_criteria
 
 from conftest import load_config, write_tiny_checkpoint  # noqa: E402
 from test_trainer import _tiny_run_config  # noqa: E402
@@ -119,7 +119,7 @@ def test_the_judge_apart_scores_as_a_judge_built_on_its_model_and_not_as_the_sel
     jc = setup.config.judge
     direct = Judge(load_model(judge_dir), load_tokenizer(judge_dir), JudgeConfig(mode=jc.mode, pairing=jc.pairing),
                    max_response_tokens=jc.max_response_tokens)
-    direct.reserve(criteria)  # as build does: the same compiled shapes
+    direct.reserve(reachable_criteria(criteria, cfg, setup.config.steps))  # as build does: the same shapes
     r_direct, _ = judge_rewards(direct, prompts, responses, criteria, weights, cfg, **kw)
     np.testing.assert_array_equal(r, r_direct)  # the step's rewards are that judge's
     crit = [c for c, w in zip(criteria, weights) if w > 0]  # the step's active criteria: its compiled shapes

@@ -92,3 +92,25 @@ def test_runs_every_suite_and_says_which_hold(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(evals.run, "main", lambda argv: 2)
     assert V.main(["--judge=j", f"--out={out}", "--suites=health"]) == 2
     assert "failed: evals.run exited 2" in (out / "vs_shuffled.md").read_text()
+
+
+@pytest.mark.heavy
+@pytest.mark.slow
+def test_the_15b_judge_ranks_smollm2_above_its_shuffled_copy_in_every_suite(tmp_path):
+    """The real claim, on the embedded SmolLM2 and the 1.5B judge (both questions pooled), with the settings
+    the README's table was measured at: every suite ranks the model above its word-shuffled copy, and gv_gap's
+    verification accuracy is above chance. Over 30 s: six suites, each generating with the 135M model and
+    judging with the 1.5B in f32 on a CPU. Heavy: about 35 minutes on 2 cores (the README's table gives each
+    suite's time); test_runs_every_suite_and_says_which_hold checks the same command on known results."""
+    from rubric_jax.models import parts
+
+    try:
+        parts.assemble(parts.QWEN25_CODER_1_5B)
+    except parts.PartsError as e:
+        pytest.skip(f"the 1.5B judge is not installed (pip install -e .[judge]): {e}")
+    out = tmp_path / "out"
+    rc = V.main(["--judge=qwen2.5-coder-1.5b-instruct", f"--out={out}", f"--cache_dir={tmp_path / 'cache'}"])
+    rows = {r["suite"]: r for r in json.loads((out / "vs_shuffled.json").read_text())["rows"]}
+    assert rc == 0, (out / "vs_shuffled.md").read_text()
+    assert set(rows) == set(V.SUITES) and all(r["holds"] for r in rows.values())
+    assert rows["gv_gap"]["n"] >= 8 and rows["gv_gap"]["estimate"] > 0.5

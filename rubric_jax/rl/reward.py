@@ -84,6 +84,16 @@ def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
     return crits
 
 
+def reachable_criteria(criteria: Sequence[Criterion], cfg: RewardConfig, steps: int) -> list[Criterion]:
+    """The criteria a run of `steps` steps can judge: under a fixed curriculum the first
+    K(steps - 1) = min(C, 1 + floor((steps - 1) / interval)) in curriculum order (docs/method.md), else all
+    (dropout draws any of them; held-out pacing may introduce them early). The judge plans its last compiled
+    shape for these, so a short run does not pay for criteria it never reaches."""
+    if cfg.curriculum and cfg.pacing == "fixed":
+        return list(criteria[:int(R.num_active(max(steps - 1, 0), len(criteria), cfg.interval))])
+    return list(criteria)
+
+
 def step_weights(step: int, num_criteria: int, cfg: RewardConfig, key) -> np.ndarray:
     """lambda_c for this step over all criteria in curriculum order (zeros for inactive or dropped)."""
     if cfg.curriculum:

@@ -29,7 +29,7 @@ from rubric_jax.rl import dynamic, pacing_phase, rare_phase, rlmr_phase, validat
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
-from rubric_jax.rl.reward import RewardConfig, exploration_projection, ordered_criteria
+from rubric_jax.rl.reward import RewardConfig, exploration_projection, ordered_criteria, reachable_criteria
 from rubric_jax.rl.shapes import ShapePlan
 from rubric_jax.rare.store import RubricStore
 from rubric_jax.rubrics import load_rubric
@@ -191,7 +191,8 @@ def build(config) -> Setup:
     judge_model, judge_tokenizer = load_judge(config, name, base_local, tokenizer, hosts)
     judge = Judge(judge_model, judge_tokenizer, judge_config(config), max_response_tokens=config.judge.max_response_tokens)
     if judged and not per_prompt:
-        judge.reserve(criteria)  # the curriculum adds criteria: plan the judge's last compiled shape for all
+        # the curriculum adds criteria: plan the judge's last compiled shape for all that this run reaches
+        judge.reserve(reachable_criteria(criteria, reward_cfg, config.steps))
     # One prompt width for the whole run (one sampler program): the rung of the longest prompt it can draw, or
     # max_prompt_len (config.prompt_width).
     shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,

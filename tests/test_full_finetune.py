@@ -102,7 +102,7 @@ def test_gradient_of_a_weight_matches_central_differences():
         finally:
             policy.trainable = saved
 
-    grad_sum, sums = policy.gradients(batch, key)
+    grad_sum, sums, _ = policy.gradients(batch, key)
     grads = {k: np.asarray(v) / float(sums.den) for k, v in _flat(grad_sum).items()}
     params = _flat(policy.trainable)
     for name in ("layers/post_attention_layernorm/scale", "embed_tokens/embedding", "layers/mlp/down_proj/kernel"):

@@ -1,6 +1,8 @@
 """GRPO updates: learning on a verifiable toy reward, clipping with several iterations, exact micro-batch
 accumulation, non-finite updates skipped and counted."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,7 +87,7 @@ def test_micro_batches_give_the_same_gradient_as_one_batch():
     for mb in (24, 5):
         policy = _policy(micro_batch_size=mb, loss=LossConfig(aggregation="seq_mean"))
         out, _, adv = _rollouts(policy, 0)
-        g, sums = policy.gradients(rollout_batch(out, adv), jax.random.key(0))
+        g, sums, _ = policy.gradients(rollout_batch(out, adv), jax.random.key(0))
         grads.append(([np.asarray(x) / float(sums.den) for x in jax.tree.leaves(g)], float(finalize(sums)[0])))
     (a, la), (b, lb) = grads
     scale = max(np.abs(x).max() for x in a)
@@ -129,3 +131,31 @@ def test_reference_logprobs_ignore_adapters():
     policy.update(batch, jax.random.key(0))
     assert np.abs(policy.logprobs(batch) - ref0).max() > 1e-4
     np.testing.assert_allclose(policy.logprobs(batch, reference=True), ref0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_update_reads_the_log_probs_the_sampler_recorded_with_top_p_on():
+    """One forward: with top-k 20, top-p 0.8 and temperature 0.7, the log-probabilities the sampler records for
+    its tokens and those the update computes for the same tokens agree in f32 (the mismatch/logp_max metric),
+    because both describe the temperature-scaled distribution before truncation. A sampler that recorded the
+    truncated, renormalised distribution would be off by far more (checked here, so the test can fail)."""
+    from rubric_jax.sampling.filters import filter_logits
+
+    policy = _policy(micro_batch_size=8, temperature=0.7)
+    out = sample(policy.model(), PROMPTS, num_samples=8, max_new_tokens=12, temperature=0.7, top_k=20, top_p=0.8,
+                 eos_ids=(63,), pad_id=0, seed=3)
+    batch = rollout_batch(out, np.linspace(-1, 1, 24).astype(np.float32))
+    assert batch.sample_logp_bt.shape == batch.completion_mask_bt.shape
+    metrics = policy.update(batch, jax.random.key(0))
+    assert 0 <= metrics["mismatch/logp_max"] <= 1e-5, metrics["mismatch/logp_max"]
+    # the truncated distribution's log-probs of the same tokens, from a plain forward
+    logits, _ = policy.model()(jnp.asarray(batch.tokens_bt), mask_bt=jnp.asarray(batch.mask_bt))
+    cols = np.asarray(logits)[:, batch.prompt_len - 1:-1]
+    trunc = jax.nn.log_softmax(filter_logits(jnp.asarray(cols.reshape(-1, cols.shape[-1])), temperature=0.7,
+                                             top_k=20, top_p=0.8), axis=-1)
+    trunc = np.take_along_axis(np.asarray(trunc), batch.tokens_bt[:, batch.prompt_len:].reshape(-1, 1), -1)
+    gap = np.abs(trunc.reshape(batch.sample_logp_bt.shape) - batch.sample_logp_bt)[batch.completion_mask_bt]
+    assert gap.max() > 1e-2
+    # without the sampler's values nothing is claimed
+    assert "mismatch/logp_max" not in policy.update(dataclasses.replace(batch, sample_logp_bt=None),
+                                                    jax.random.key(1))

@@ -175,7 +175,7 @@ def test_trimmed_update_equals_the_untrimmed_one():
         policy = _policy(loss)
         logp, ref = policy.logprobs(batch), policy.logprobs(batch, reference=True)
         perturbed = logp - 0.1 * batch.completion_mask_bt  # old != new: the ratio and its clipping matter
-        grads, sums = policy.gradients(dataclasses.replace(batch, old_logp_bt=perturbed, ref_logp_bt=ref),
+        grads, sums, _ = policy.gradients(dataclasses.replace(batch, old_logp_bt=perturbed, ref_logp_bt=ref),
                                        jax.random.key(0))
         l, m = finalize(sums)
         metrics = policy.update(batch, jax.random.key(1))

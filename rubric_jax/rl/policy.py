@@ -47,6 +47,9 @@ class RolloutBatch:
     adv_b: np.ndarray  # (B,) f32
     old_logp_bt: np.ndarray | None = None  # (B, Tc)
     ref_logp_bt: np.ndarray | None = None  # (B, Tc)
+    # (B, Tc): what the sampler recorded for these tokens (the temperature-scaled, untruncated distribution,
+    # as the update computes it); only compared with the update's, never used in the loss
+    sample_logp_bt: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -56,7 +59,8 @@ class RolloutBatch:
         take = lambda x: None if x is None else x[sl]
         return dataclasses.replace(self, tokens_bt=self.tokens_bt[sl], mask_bt=self.mask_bt[sl],
                                    completion_mask_bt=self.completion_mask_bt[sl], adv_b=self.adv_b[sl],
-                                   old_logp_bt=take(self.old_logp_bt), ref_logp_bt=take(self.ref_logp_bt))
+                                   old_logp_bt=take(self.old_logp_bt), ref_logp_bt=take(self.ref_logp_bt),
+                                   sample_logp_bt=take(self.sample_logp_bt))
 
 
 def completion_logprobs(model, tokens_bt, mask_bt, prompt_len: int, *, temperature: float = 1.0,
@@ -79,19 +83,27 @@ def _logprobs_jit(graphdef, lora, base, tokens_bt, mask_bt, *, prompt_len, refer
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "loss_cfg", "temperature", "chunk"))
-def _grad_jit(graphdef, lora, base, tokens_bt, mask_bt, comp_mask_bt, adv_b, old_logp_bt, ref_logp_bt, key, *,
-              prompt_len, loss_cfg, temperature, chunk):
+def _grad_jit(graphdef, lora, base, tokens_bt, mask_bt, comp_mask_bt, adv_b, old_logp_bt, ref_logp_bt, sample_logp_bt,
+              key, *, prompt_len, loss_cfg, temperature, chunk):
     def num_fn(lora):
         model = set_lora(nnx.merge(graphdef, lora, base), dropout_key=key)
         logp, ent = completion_logprobs(model, tokens_bt, mask_bt, prompt_len, temperature=temperature,
                                         chunk=chunk)
         old = jax.lax.stop_gradient(logp) if old_logp_bt is None else old_logp_bt
         sums = loss_sums(logp, old, ref_logp_bt, adv_b, comp_mask_bt, loss_cfg, entropy_bt=ent)
-        return sums.num, sums
+        return sums.num, (sums, logp_mismatch(jax.lax.stop_gradient(logp), sample_logp_bt, comp_mask_bt))
 
     with jax.named_scope("update/grad"):
-        grads, sums = jax.grad(num_fn, has_aux=True)(lora)
-    return grads, sums
+        grads, (sums, mismatch) = jax.grad(num_fn, has_aux=True)(lora)
+    return grads, sums, mismatch
+
+
+def logp_mismatch(logp_bt, sample_logp_bt, mask_bt):
+    """max over completion tokens of |log pi_update(y_t) - log pi_sampler(y_t)|: zero when the sampler and the
+    update compute one distribution (docs/method.md section 1), -1 when the sampler's values are absent."""
+    if sample_logp_bt is None:
+        return jnp.float32(-1.0)
+    return jnp.max(jnp.where(mask_bt, jnp.abs(logp_bt - sample_logp_bt), 0.0), initial=0.0)
 
 
 # No donation: the trainer keeps the pre-step parameters as its crash snapshot.
@@ -189,25 +201,28 @@ class Policy:
             out.append(self.fetch(lp))
         return np.concatenate(out, axis=0)
 
-    def gradients(self, batch: RolloutBatch, key) -> tuple[Any, LossSums]:
-        """Sum of numerator gradients over micro-batches and the summed LossSums (not yet divided)."""
-        grad_sum, sums = None, []
+    def gradients(self, batch: RolloutBatch, key) -> tuple[Any, LossSums, float]:
+        """Sum of numerator gradients over micro-batches, the summed LossSums (not yet divided) and the largest
+        sampler/update log-prob difference (`logp_mismatch`; -1 without the sampler's values)."""
+        grad_sum, sums, mismatch = None, [], []
         micro = list(self._micro(batch))
         progress.report("update", 0, len(micro), "micro-batches")
         for i, mb in enumerate(micro):
             put = self.place
-            g, s = _grad_jit(self.graphdef, self.trainable, self.base, put(mb.tokens_bt), put(mb.mask_bt),
-                             put(mb.completion_mask_bt), put(np.asarray(mb.adv_b, np.float32)),
-                             None if mb.old_logp_bt is None else put(mb.old_logp_bt),
-                             None if mb.ref_logp_bt is None else put(mb.ref_logp_bt),
-                             jax.random.fold_in(key, i), prompt_len=batch.prompt_len, loss_cfg=self.loss_cfg,
-                             temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
+            g, s, mm = _grad_jit(self.graphdef, self.trainable, self.base, put(mb.tokens_bt), put(mb.mask_bt),
+                                 put(mb.completion_mask_bt), put(np.asarray(mb.adv_b, np.float32)),
+                                 None if mb.old_logp_bt is None else put(mb.old_logp_bt),
+                                 None if mb.ref_logp_bt is None else put(mb.ref_logp_bt),
+                                 None if mb.sample_logp_bt is None else put(mb.sample_logp_bt),
+                                 jax.random.fold_in(key, i), prompt_len=batch.prompt_len, loss_cfg=self.loss_cfg,
+                                 temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
             grad_sum = g if grad_sum is None else jax.tree.map(jnp.add, grad_sum, g)
             sums.append(s)
+            mismatch.append(mm)
             if progress.active():  # count finished micro-batches, waiting one behind so dispatch stays ahead
                 jax.block_until_ready(sums[-2] if len(sums) > 1 else s)
                 progress.report("update", max(1, len(sums) - 1), len(micro), "micro-batches")
-        return grad_sum, add_sums(*sums)
+        return grad_sum, add_sums(*sums), float(max(np.asarray(m) for m in mismatch))
 
     def update(self, batch: RolloutBatch, key) -> dict[str, float]:
         """num_iterations optimizer steps on one batch; returns metrics of the last (and skip counts)."""
@@ -215,9 +230,11 @@ class Policy:
             batch = dataclasses.replace(batch, old_logp_bt=self.logprobs(batch))
         if self.loss_cfg.kl_coef != 0 and batch.ref_logp_bt is None:
             batch = dataclasses.replace(batch, ref_logp_bt=self.logprobs(batch, reference=True))
-        metrics = {}
+        metrics, mismatch = {}, -1.0
         for it in range(self.cfg.num_iterations):
-            grad_sum, sums = self.gradients(batch, jax.random.fold_in(key, it))
+            grad_sum, sums, mm = self.gradients(batch, jax.random.fold_in(key, it))
+            if it == 0:  # later iterations read updated weights: their difference is the update's, not a mismatch
+                mismatch = mm
             loss, m = finalize(sums)
             self.trainable, self.opt_state, gnorm = _apply_jit(self.optimizer, self.trainable, self.opt_state,
                                                                grad_sum, sums.den)
@@ -233,6 +250,8 @@ class Policy:
                     raise NonFiniteError(f"{self.bad_steps} consecutive non-finite updates (loss={metrics['loss']}, "
                                          f"grad_norm={metrics['grad_norm']}); stopping")
             metrics["skipped_updates"] = float(self.total_bad_steps)
+        if mismatch >= 0:
+            metrics["mismatch/logp_max"] = mismatch
         return metrics
 
 

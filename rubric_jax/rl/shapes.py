@@ -110,7 +110,7 @@ def fit_rollout_batch(out, adv_b: np.ndarray, *, prompt_width: int | None = None
     g = out.num_samples
     prompt = np.repeat(out.prompt_tokens, g, axis=0)
     pmask = np.repeat(out.prompt_mask, g, axis=0)
-    tokens, cmask = out.tokens, out.completion_mask()
+    tokens, cmask, logp = out.tokens, out.completion_mask(), np.asarray(out.logprobs, np.float32)
     if prompt_width is not None and prompt_width != prompt.shape[1]:
         extra = prompt_width - prompt.shape[1]
         if extra < 0:
@@ -127,13 +127,14 @@ def fit_rollout_batch(out, adv_b: np.ndarray, *, prompt_width: int | None = None
                              f"({longest} tokens)")
         extra = completion_width - tokens.shape[1]
         if extra < 0:
-            tokens, cmask = tokens[:, :completion_width], cmask[:, :completion_width]
+            tokens, cmask, logp = tokens[:, :completion_width], cmask[:, :completion_width], logp[:, :completion_width]
         else:
             tokens = np.concatenate([tokens, np.full((tokens.shape[0], extra), pad_id, tokens.dtype)], axis=1)
             cmask = np.concatenate([cmask, np.zeros((cmask.shape[0], extra), bool)], axis=1)
+            logp = np.concatenate([logp, np.zeros((logp.shape[0], extra), np.float32)], axis=1)
     return RolloutBatch(tokens_bt=np.concatenate([prompt, tokens], axis=1).astype(np.int32),
                         mask_bt=np.concatenate([pmask, cmask], axis=1), prompt_len=prompt.shape[1],
-                        completion_mask_bt=cmask, adv_b=np.asarray(adv_b, np.float32))
+                        completion_mask_bt=cmask, adv_b=np.asarray(adv_b, np.float32), sample_logp_bt=logp)
 
 
 def _frac(real, padded) -> float:

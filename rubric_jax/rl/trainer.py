@@ -212,11 +212,12 @@ def update_batch(setup: Setup, batches: list[SampledBatch], sel: dynamic.Selecti
               for b in batches]
     if len({f.prompt_len for f in fitted}) > 1:
         raise ValueError("batches of one step were padded to different prompt widths")
-    tokens, mask, cmask = (np.concatenate([getattr(fitted[bi], name)[gi * g:(gi + 1) * g] for bi, gi in sel.picks])
-                           for name in ("tokens_bt", "mask_bt", "completion_mask_bt"))
+    tokens, mask, cmask, logp = (np.concatenate([getattr(fitted[bi], name)[gi * g:(gi + 1) * g] for bi, gi in sel.picks])
+                                 for name in ("tokens_bt", "mask_bt", "completion_mask_bt", "sample_logp_bt"))
     weight = np.repeat(sel.weight, g) > 0
     return RolloutBatch(tokens_bt=tokens, mask_bt=mask, prompt_len=fitted[0].prompt_len,
-                        completion_mask_bt=cmask & weight[:, None], adv_b=np.zeros(len(weight), np.float32))
+                        completion_mask_bt=cmask & weight[:, None], adv_b=np.zeros(len(weight), np.float32),
+                        sample_logp_bt=logp)
 
 
 def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, float]:

@@ -14,10 +14,12 @@ small samples, short answers; the flags are printed) into --out/<suite>/, sharin
 cache (--cache_dir). What is compared, per suite (m: the model, s: its shuffled copy):
 
   pairwise_elo   win rate of m over s (both orders of every pair), prompt-clustered bootstrap interval;
-  rubric_score   mean rubric score (0-20) of m minus that of s, per answer, paired bootstrap interval;
+  rubric_score   pointwise: mean rubric score (0-20) of m minus that of s, per answer, paired bootstrap
+                 interval; pairwise: margin-weighted win rate of m over s, prompt-clustered interval;
   elements       mean story score (0-10), m minus s, paired bootstrap over stories;
   health         HealthBench-style score (0-1), m minus s, paired bootstrap over examples;
-  fixed_rubric   overall fixed-metric score (0-100), m minus s, paired bootstrap over scripts;
+  fixed_rubric   pointwise: overall fixed-metric score (0-100), m minus s, paired bootstrap over scripts;
+                 pairwise: the blind validation's preference for m, stratified bootstrap;
   gv_gap         verification accuracy on (answer, degraded copy) pairs and its bootstrap interval.
 
 "holds" is the point estimate on the right side (win rate above 1/2, difference above 0, accuracy above
@@ -66,27 +68,36 @@ def paired_difference(a, b, *, reps: int = 2000, seed: int = 0, level: float = L
     return {"estimate": float(d.mean()), "lo": float(lo), "hi": float(hi), "n": int(d.size)}
 
 
-def _row(suite, measure, model, shuffled, est, lo, hi, n, null):
-    return {"suite": suite, "measure": measure, "model": model, "shuffled": shuffled, "estimate": est, "lo": lo,
+def _row(suite, measure, model, shuffled, est, lo, hi, n, null, part=""):
+    return {"suite": suite, "part": part, "measure": measure, "model": model, "shuffled": shuffled, "estimate": est, "lo": lo,
             "hi": hi, "n": n, "null": null, "holds": est is not None and est > null,
             "sure": lo is not None and lo > null}
 
 
-def summarise(suite: str, res: dict, reps: int, seed: int) -> dict:
-    """One row of the table from a suite's results.json (contestants named "model" and "shuffled")."""
+def _win_rate_row(suite, ratings: dict, n: int, measure: str, part: str = "") -> dict:
+    """A row from an evals.bradley_terry.rate result: m's win rate over s and its interval, with their ratings."""
+    wr = ratings["win_rate"]
+    i, j = wr["names"].index("model"), wr["names"].index("shuffled")
+    elo = {m["name"]: m["elo"] for m in ratings["models"]}
+    return _row(suite, measure, elo["model"], elo["shuffled"], wr["matrix"][i][j], wr["lo"][i][j], wr["hi"][i][j],
+                n, 0.5, part)
+
+
+def summarise(suite: str, res: dict, reps: int, seed: int) -> list[dict]:
+    """The table's rows for one suite from its results.json (contestants named "model" and "shuffled"): one,
+    or two for the suites with a pointwise and a pairwise part."""
     if suite == "pairwise_elo":
-        wr = res["win_rate"]
-        i, j = wr["names"].index("model"), wr["names"].index("shuffled")
-        elo = {m["name"]: m["elo"] for m in res["models"]}
-        return _row(suite, "win rate of model over shuffled", elo["model"], elo["shuffled"], wr["matrix"][i][j],
-                    wr["lo"][i][j], wr["hi"][i][j], res["eval"]["prompts"], 0.5)
+        return [_win_rate_row(suite, res, res["eval"]["prompts"], "win rate of model over shuffled (Elo beside)")]
     if suite == "gv_gap":
         vk = res["verification_known"]
-        return _row(suite, "verification accuracy (answer vs its degraded copy)", None, None, vk["estimate"],
-                    vk["lo"], vk["hi"], vk["pairs"], 0.5)
+        return [_row(suite, "verification accuracy (answer vs its degraded copy)", None, None, vk["estimate"],
+                     vk["lo"], vk["hi"], vk["pairs"], 0.5)]
+    extra = []
     if suite == "rubric_score":
         by = {m["name"]: m for m in res["rubric"]["models"]}
         a, b, measure, key = by["model"]["per_answer"], by["shuffled"]["per_answer"], "rubric score (0-20)", "score_20"
+        extra = [_win_rate_row(suite, res["pairwise"], len(a), "margin-weighted win rate of model over shuffled "
+                               "(Elo beside)", "pairwise")]
     elif suite == "elements":
         by = {m["name"]: m for m in res["models"]}
         a, b, measure, key = by["model"]["per_story"], by["shuffled"]["per_story"], "story score (0-10)", "score"
@@ -99,11 +110,16 @@ def summarise(suite: str, res: dict, reps: int, seed: int) -> dict:
         a, b = (res["models"][n]["per_script"]["overall"] for n in ("model", "shuffled"))
         by = {n: {"score": m["macro"]["overall"]} for n, m in res["models"].items()}
         measure, key = "fixed-metric score (0-100)", "score"
+        pw = res["pairwise"]
+        if (pw["a"], pw["b"]) != ("model", "shuffled"):
+            raise ValueError(f"vs_shuffled: fixed_rubric compared {pw['a']} with {pw['b']}")
+        extra = [_row(suite, "blind preference for model", None, None, pw["preference"], pw["lo"], pw["hi"], pw["n"],
+                      0.5, "pairwise")]
     else:
         raise ValueError(f"vs_shuffled: no summary for suite {suite!r}")
     d = paired_difference(a, b, reps=reps, seed=seed)
-    return _row(suite, measure + ", model - shuffled", by["model"][key], by["shuffled"][key], d["estimate"],
-                d["lo"], d["hi"], d["n"], 0.0)
+    return [_row(suite, measure + ", model - shuffled", by["model"][key], by["shuffled"][key], d["estimate"],
+                 d["lo"], d["hi"], d["n"], 0.0, "pointwise" if extra else "")] + extra
 
 
 def _f(x, nd=3):
@@ -111,15 +127,17 @@ def _f(x, nd=3):
 
 
 def format_table(rows: list[dict], title: str) -> str:
-    lines = [f"# {title}", "", "| suite | measure | model | shuffled | estimate | 95% interval | n | holds |",
-             "|---|---|---:|---:|---:|---|---:|---|"]
+    lines = [f"# {title}", "", "| suite | measure | model | shuffled | estimate | 95% interval | n | holds | seconds |",
+             "|---|---|---:|---:|---:|---|---:|---|---:|"]
     for r in rows:
+        secs = f"{r['seconds']:.0f}" if "seconds" in r else "-"
         if "error" in r:
-            lines.append(f"| {r['suite']} | failed: {r['error']} | | | | | | no |")
+            lines.append(f"| {r['suite']} | failed: {r['error']} | | | | | | no | {secs} |")
             continue
         verdict = "yes, interval too" if r["sure"] else ("yes" if r["holds"] else "**no**")
-        lines.append(f"| {r['suite']} | {r['measure']} | {_f(r['model'])} | {_f(r['shuffled'])} | "
-                     f"{_f(r['estimate'])} | [{_f(r['lo'])}, {_f(r['hi'])}] | {r['n']} | {verdict} |")
+        name = f"{r['suite']} ({r['part']})" if r.get("part") else r["suite"]
+        lines.append(f"| {name} | {r['measure']} | {_f(r['model'])} | {_f(r['shuffled'])} | "
+                     f"{_f(r['estimate'])} | [{_f(r['lo'])}, {_f(r['hi'])}] | {r['n']} | {verdict} | {secs} |")
     return "\n".join(lines) + "\n"
 
 
@@ -169,10 +187,12 @@ def main(argv=None) -> int:
             failed = True
             continue
         with open(os.path.join(args.out, suite, "results.json"), encoding="utf-8") as f:
-            row = summarise(suite, json.load(f), args.bootstrap, args.seed)
-        rows.append({**row, "seconds": took, "argv": argv_s})
-        print(f"vs_shuffled: {suite}: {_f(row['estimate'])} [{_f(row['lo'])}, {_f(row['hi'])}] "
-              f"({'holds' if row['holds'] else 'does not hold'}; {took:.0f} s)", file=sys.stderr, flush=True)
+            got = summarise(suite, json.load(f), args.bootstrap, args.seed)
+        for row in got:
+            rows.append({**row, "seconds": took, "argv": argv_s})
+            print(f"vs_shuffled: {suite}{' ' + row['part'] if row['part'] else ''}: {_f(row['estimate'])} "
+                  f"[{_f(row['lo'])}, {_f(row['hi'])}] ({'holds' if row['holds'] else 'does not hold'}; "
+                  f"{took:.0f} s)", file=sys.stderr, flush=True)
     title = f"{args.model} against its word-shuffled copy, judged by {args.judge}"
     table = format_table(rows, title)
     with open(os.path.join(args.out, "vs_shuffled.md"), "w", encoding="utf-8") as f:

@@ -123,7 +123,7 @@ def summarise(suite: str, res: dict, reps: int, seed: int) -> list[dict]:
 
 
 def _f(x, nd=3):
-    return "-" if x is None else f"{x:.{nd}f}"
+    return "-" if x is None else f"{x:.{0 if abs(x) >= 100 else nd}f}"
 
 
 def format_table(rows: list[dict], title: str) -> str:

@@ -49,11 +49,11 @@ import numpy as np
 
 from evals.judge_pairs import HELD_OUT_KINDS, KINDS, TUNING_KINDS, build_pairs, criteria_for, load_answers
 from evals.report import write_json
+from rubric_jax.models.loading import DEFAULT_MODEL
 
 __all__ = ["MODES", "PROMPT_TYPES", "aggregate", "main", "pairwise_figures", "pointwise_figures", "render_markdown",
            "run_study"]
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 MODES = ("logit", "sign", "hard", "generate")
 PROMPT_TYPES = ("pairwise", "pointwise")
 GROUPS = ("tuning", "held_out")

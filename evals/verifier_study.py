@@ -46,13 +46,13 @@ from rubric_jax.rewards.rlmr import verifier_precision_recall
 from rubric_jax.verifiers.constraints import Constraint, check_program, parse_constraint
 from rubric_jax.verifiers.text_units import count_words, split_sentences
 from evals.report import write_json
+from rubric_jax.models.loading import DEFAULT_MODEL
 
 __all__ = ["KINDS", "MODES", "ProgrammaticItem", "format_table", "main", "programmatic_items", "run_study",
            "score"]
 
 log = logging.getLogger("evals.verifier_study")
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 MODES = ("logit", "hard")
 KINDS = ("word_count", "line_count", "must_include", "must_exclude", "no_commas", "starts_with", "ends_with")
 PER_KIND = 20  # 7 x 20 = 140 programmatic items, 10 kept and 10 broken per kind

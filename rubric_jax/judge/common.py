@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +11,7 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax.judge.pairings import PAIRINGS
-from rubric_jax.judge.prompts import PromptConfig
+from rubric_jax.judge.prompts import PromptConfig, _parse_pair, _parse_score  # noqa: F401 (the engine's names)
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 # what `JudgeConfig.pairing` accepts: the pair schedules and listwise group judging
@@ -186,31 +185,3 @@ def model_fingerprint(model) -> str:
     for x in leaves[:2] + leaves[-2:]:
         h.update(np.asarray(jnp.ravel(jnp.asarray(x))[:256], np.float32).tobytes())
     return f"{model.cfg.name}:{h.hexdigest()[:16]}"
-
-
-def _parse_pair(text: str, labels: tuple[str, str]) -> int:
-    """0 if the answer names the first label, 1 the second, -1 if no answer can be read."""
-    alt = "|".join(re.escape(lab) for lab in labels)
-    hits = re.findall(rf"(?:answer|verdict|better response)\s*[:=\-]?\s*\**\s*(?:response\s*)?({alt})(?![\w])",
-                      text, flags=re.IGNORECASE)
-    if not hits:
-        stripped = text.strip().strip("*").strip()
-        hits = [stripped] if stripped in labels else []
-    if not hits:
-        return -1
-    last = hits[-1]
-    for k, lab in enumerate(labels):
-        if last.lower() == lab.lower():
-            return k
-    return -1
-
-
-def _parse_score(text: str, max_points: int) -> int:
-    hits = re.findall(r"score\s*[:=]?\s*\**\s*(\d+)", text, flags=re.IGNORECASE)
-    if not hits:
-        stripped = text.strip().strip("*").strip()
-        hits = [stripped] if stripped.isdigit() else []
-    if not hits:
-        return -1
-    s = int(hits[-1])
-    return s if 0 <= s <= max_points else -1

@@ -59,6 +59,10 @@ def is_embedded(name: str) -> bool:
     return _ALIASES.get(name.lower(), name.lower()) in EMBEDDED
 
 
+# The embedded model every command falls back to when it is given none (DESIGN: SmolLM2-135M-Instruct).
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
 def embedded_model_path(name: str) -> str:
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in EMBEDDED:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rubric_jax.rare.writer_types import WriteRequest
 from rubric_jax.rubrics.types import Criterion, RubricError
 
-if TYPE_CHECKING:
-    from rubric_jax.rare.writer import WriteRequest
 
 UPDATE_FIELDS = ("id", "polarity", "diagnosis", "name", "check", "levels")
 # Keys and words of the answer format: as a whole level description they describe nothing.

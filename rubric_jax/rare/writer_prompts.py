@@ -18,13 +18,11 @@ The wording is ours; the papers only fix what each prompt must convey.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 from rubric_jax.rare.validate import MIN_CHECK_WORDS, MIN_LEVEL_WORDS, PLACEHOLDERS
+from rubric_jax.rare.writer_types import WriteRequest, WriterConfig
 from rubric_jax.rubrics.types import Criterion
 
-if TYPE_CHECKING:
-    from rubric_jax.rare.writer import WriteRequest, WriterConfig
 
 CUT_MARK = "[... cut here: the response continues]"
 CHARS_PER_TOKEN = 4  # the cut's budget when no tokenizer is given
@@ -63,12 +61,6 @@ SYSTEM = {
 }
 
 DIAGNOSIS_HINT = {mode: f"<{text}>" for mode, text in PLACEHOLDERS["diagnosis"].items()}
-
-
-def _default_cfg() -> WriterConfig:
-    from rubric_jax.rare.writer import WriterConfig  # writer.py imports this module: resolved at call time
-
-    return WriterConfig()
 
 
 def direction_instruction(direction: str, count: int) -> str:
@@ -300,7 +292,7 @@ _PROMPTS = {"replace": _replace_prompt, "revise": _whole_prompt, "refine": _whol
 
 def build_messages(request: WriteRequest, cfg: WriterConfig | None = None, tokenizer=None) -> list[dict]:
     """The writer's chat messages (system + user) for one request, in the request's mode."""
-    cfg = cfg if cfg is not None else _default_cfg()
+    cfg = cfg if cfg is not None else WriterConfig()
     user = "\n".join(_PROMPTS[request.mode](request, cfg, tokenizer))
     return [{"role": "system", "content": SYSTEM[request.mode]}, {"role": "user", "content": user}]
 

@@ -27,6 +27,7 @@ from flax import nnx
 from rubric_jax import rewards as R
 from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.rewards.pacing import PACING_MODES
+from rubric_jax.judge.common import JudgeConfig
 from rubric_jax.rubrics import Criterion, Rubric
 
 
@@ -82,6 +83,13 @@ def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
     if cfg.order == "random":
         crits = [crits[i] for i in np.asarray(R.permute_order(len(crits), cfg.order_seed))]
     return crits
+
+
+def judge_config(config, **over) -> JudgeConfig:
+    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself)."""
+    j = config.judge
+    fields = dict(mode=j.mode, pairing=j.pairing, questions=j.questions, worse_weight=float(j.worse_weight))
+    return JudgeConfig(**{**fields, **over})
 
 
 def reachable_criteria(criteria: Sequence[Criterion], cfg: RewardConfig, steps: int) -> list[Criterion]:

@@ -18,9 +18,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from rubric_jax.data import PromptDataset, load_jsonl
-from rubric_jax.judge import Judge, JudgeConfig
+from rubric_jax.judge import Judge
 from rubric_jax.judge.pairings import num_swiss_rounds, pairs_for
-from rubric_jax.models.loading import load_model, resolve_checkpoint
+from rubric_jax.models.loading import DEFAULT_MODEL, load_model, resolve_checkpoint
 from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
@@ -29,14 +29,14 @@ from rubric_jax.rl import dynamic, pacing_phase, rare_phase, rlmr_phase, validat
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
-from rubric_jax.rl.reward import RewardConfig, exploration_projection, ordered_criteria, reachable_criteria
+from rubric_jax.rl.reward import (RewardConfig, exploration_projection, judge_config, ordered_criteria,  # noqa: F401
+                                  reachable_criteria)
 from rubric_jax.rl.shapes import ShapePlan
 from rubric_jax.rare.store import RubricStore
 from rubric_jax.rubrics import load_rubric
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 @dataclasses.dataclass
@@ -228,13 +228,6 @@ def build(config) -> Setup:
     if reward_cfg.exploration_coef:
         setup.set_exploration(config.seed)
     return setup
-
-
-def judge_config(config, **over) -> JudgeConfig:
-    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself)."""
-    j = config.judge
-    fields = dict(mode=j.mode, pairing=j.pairing, questions=j.questions, worse_weight=float(j.worse_weight))
-    return JudgeConfig(**{**fields, **over})
 
 
 def load_judge(config, name: str, base_local, tokenizer, hosts: Hosts):

@@ -237,7 +237,7 @@ def _sections(config) -> None:
     from rubric_jax.rl.rlmr_phase import RlmrConfig  # noqa: PLC0415
 
     _section(config, "reward", lambda: RewardConfig(**config.reward.to_dict()))
-    from rubric_jax.rl.setup import judge_config  # noqa: PLC0415
+    from rubric_jax.rl.reward import judge_config  # noqa: PLC0415
 
     _section(config, "judge", lambda: judge_config(config))
     if config.judge.pairing == "listwise":

@@ -66,7 +66,7 @@ def run_config(workdir: str | os.PathLike) -> dict:
 def base_model_name(cfg: dict) -> str:
     """The model the run trained adapters for: config `model`, or the trainer's DEFAULT_MODEL when it is empty
     (as the trainer itself chooses)."""
-    from rubric_jax.rl.trainer import DEFAULT_MODEL
+    from rubric_jax.models.loading import DEFAULT_MODEL
 
     return cfg.get("model") or DEFAULT_MODEL
 

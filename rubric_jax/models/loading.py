@@ -59,7 +59,7 @@ def is_embedded(name: str) -> bool:
     return _ALIASES.get(name.lower(), name.lower()) in EMBEDDED
 
 
-# The embedded model every command falls back to when it is given none (DESIGN: SmolLM2-135M-Instruct).
+# The embedded model every command falls back to when it is given none.
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 

@@ -1,0 +1,90 @@
+"""No import circles: modules of rubric_jax and evals form a graph without cycles, counting imports inside
+functions and under TYPE_CHECKING too (a lazy import only hides a circle until the call). The one circle left is
+in rubric_jax.models (the GGUF cache's copy writer reads GGUF tensors through the loader that calls it)."""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KNOWN = [{"rubric_jax.models.export", "rubric_jax.models.gguf_cache", "rubric_jax.models.loading",
+          "rubric_jax.models.parts"}]
+
+
+def import_graph(packages=("rubric_jax", "evals")) -> dict[str, set[str]]:
+    """module -> the project modules it imports anywhere in its file. `from pkg import sub` counts as an import
+    of the submodule only (not of the package's __init__) when sub is a module."""
+    mods = {}
+    for pkg in packages:
+        for dirpath, _, files in os.walk(os.path.join(ROOT, pkg)):
+            for f in files:
+                if f.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(dirpath, f), ROOT)[:-3].replace(os.sep, ".")
+                    mods[rel.removesuffix(".__init__")] = os.path.join(dirpath, f)
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [a.name for a in node.names if f"{node.module}.{a.name}" in mods]
+                deps.update(f"{node.module}.{s}" for s in subs)
+                if node.module in mods and len(subs) < len(node.names):
+                    deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name in mods)
+        graph[name] = deps - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in graph:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(comp)
+    return out
+
+
+def test_the_finder_finds_a_circle_through_a_lazy_import():
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert cycles(g) == [{"a", "b", "c"}]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles_but_the_known_one():
+    found = cycles(import_graph())
+    assert sorted(map(sorted, found)) == sorted(map(sorted, KNOWN)), found

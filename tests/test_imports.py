@@ -1,13 +1,10 @@
 """No import circles: modules of rubric_jax and evals form a graph without cycles, counting imports inside
-functions and under TYPE_CHECKING too (a lazy import only hides a circle until the call). The one circle left is
-in rubric_jax.models (the GGUF cache's copy writer reads GGUF tensors through the loader that calls it)."""
+functions and under TYPE_CHECKING too (a lazy import only hides a circle until the call)."""
 
 import ast
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KNOWN = [{"rubric_jax.models.export", "rubric_jax.models.gguf_cache", "rubric_jax.models.loading",
-          "rubric_jax.models.parts"}]
 
 
 def import_graph(packages=("rubric_jax", "evals")) -> dict[str, set[str]]:
@@ -85,6 +82,8 @@ def test_the_finder_finds_a_circle_through_a_lazy_import():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_circles_but_the_known_one():
-    found = cycles(import_graph())
-    assert sorted(map(sorted, found)) == sorted(map(sorted, KNOWN)), found
+def test_no_import_circles():
+    graph = import_graph()
+    assert len(graph) > 100 and "rubric_jax.rl.trainer" in graph["rubric_jax.main"] | {
+        d for m in graph["rubric_jax.main"] for d in graph[m]}  # the graph is read, not empty
+    assert cycles(graph) == []

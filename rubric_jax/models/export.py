@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from rubric_jax.models.loading import _hf_names
+from rubric_jax.models.tensor_files import _hf_names
 from rubric_jax.models.lora import ATTN_TARGETS, LoRAConfig, LoRALinear, lora_modules
 from rubric_jax.models.transformer import Transformer
 

@@ -133,7 +133,7 @@ def _write_copy(gguf_path: str, out: str) -> None:
     from safetensors.numpy import save_file
 
     from rubric_jax.models.export import hf_config_dict
-    from rubric_jax.models.loading import gguf_tensors
+    from rubric_jax.models.tensor_files import gguf_tensors
 
     reader, cfg, names, get = gguf_tensors(gguf_path)
     save_file({name: get(name) for name in names}, os.path.join(out, "model.safetensors"))

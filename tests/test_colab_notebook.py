@@ -43,8 +43,8 @@ def test_notebook_is_valid_and_stored_without_outputs():
 @pytest.mark.smollm2
 def test_notebook_runs_end_to_end(trained_workdir, tmp_path, monkeypatch):
     """Every cell, as a Colab user runs them. Its training cell is the README's first command, which the session
-    has already run (conftest.trained_workdir): the notebook gets a copy of that run, so the cell resumes it at
-    its last step instead of training it a second time.
+    has already run (conftest.trained_workdir): the notebook gets a copy of that finished run, so the cell finds
+    its last step there and trains nothing a second time.
 
     Heavy tier (about 2 minutes on 2 cores: a Jupyter kernel and four SmolLM2 process starts, one of them a
     pairwise evaluation). The main suite checks the notebook's cells and commands
@@ -80,7 +80,9 @@ def test_notebook_runs_end_to_end(trained_workdir, tmp_path, monkeypatch):
     assert images == 3, f"expected the curves, ratings and win-rate plots inline, got {images} images"
     text = "".join(texts)
     assert "rubric_jax ready" in text and "skipped: set QWEN3" in text
-    assert "resumed from step 2" in text  # the training cell ran the README's command on WORKDIR
+    # the training cell ran the README's command on WORKDIR, which already holds the run's last step: the trainer
+    # says so and trains nothing (rubric_jax.rl.trainer; a shorter copy would resume instead)
+    assert "already holds step 2 >= total steps 2; nothing to do" in text
     # the run trained to the end and the evaluation rated both contestants
     assert sorted(os.listdir(tmp_path / "run" / "checkpoints"))[-1] == "2"
     results = json.load(open(tmp_path / "eval" / "results.json"))

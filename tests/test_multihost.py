@@ -110,7 +110,10 @@ def _compare_runs(one, two):
         keys = {k for k in r1 if not k.startswith("time/")}
         assert keys == {k for k in r2 if not k.startswith("time/")}
         for k in sorted(keys - {"step"}):
-            assert np.isclose(r2[k], r1[k], rtol=1e-4, atol=1e-7), (r1["step"], k, r1[k], r2[k])
+            # mismatch/logp_max holds rounding (about 1e-6: the sampler's and the update's sums of one
+            # computation, which another device layout orders differently) on top of LoRA dropout's effect
+            atol = 1e-5 if k == "mismatch/logp_max" else 1e-7
+            assert np.isclose(r2[k], r1[k], rtol=1e-4, atol=atol), (r1["step"], k, r1[k], r2[k])
     # the update really moved the adapters, and both runs moved them the same way
     lora1, meta1 = _lora(one, 2)
     lora2, meta2 = _lora(two, 2)

@@ -236,7 +236,7 @@ def run(args) -> dict:
             s = lambda shape, dt: spec(shape, dt, mesh, dev)  # noqa: E731
             resident = per_device_bytes(lora) + per_device_bytes(opt_state(lora, mesh, dev))  # grad sum + AdamW
             return _grad_jit, (g, lora, rest, s((b, tp + tc), jnp.int32), s((b, tp + tc), bool), s((b, tc), bool),
-                               s((b,), jnp.float32), None, None, s((), key.dtype)), \
+                               s((b,), jnp.float32), None, None, s((b, tc), jnp.float32), s((), key.dtype)), \
                 dict(prompt_len=tp, loss_cfg=loss_cfg, temperature=c.sampling.temperature, chunk=chunk), resident
         return build
 

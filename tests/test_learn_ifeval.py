@@ -13,7 +13,9 @@ import pytest
 from evals import ifeval as E
 from rubric_jax.data import load_jsonl
 from rubric_jax.data import ifeval_train as T
-from rubric_jax.rl import rlmr_phase, trainer, validate
+from rubric_jax.judge import Judge
+from rubric_jax.methods import rlmr as rlmr_phase
+from rubric_jax.rl import trainer, validate
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.metrics import read_metrics
 from rubric_jax.verifiers.constraints import check_program, parse_constraints, resolve_method
@@ -298,7 +300,9 @@ def test_tiny_variant_trains_two_steps_without_ever_calling_the_judge(tiny_qwen3
     def no_judge(*a, **k):
         raise AssertionError("the judge ran in a verifier-only run")
 
-    monkeypatch.setattr(trainer, "_judge_step", no_judge)
+    monkeypatch.setattr(rlmr_phase.RlmrMethod, "writing_reward", no_judge)
+    for name in ("pairwise_batch", "pointwise_batch"):
+        monkeypatch.setattr(Judge, name, no_judge)
     cfg = _tiny_run_config("learn_ifeval", tiny_qwen3[0], steps=2)
     hist = trainer.train(cfg, str(tmp_path))
     assert [m["step"] for m in hist] == [0, 1]

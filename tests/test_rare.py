@@ -199,7 +199,8 @@ def _rare_records(path):
 
 @pytest.mark.slow
 def test_trainer_replaces_and_the_store_survives_a_kill(tiny_qwen3, tmp_path, monkeypatch):
-    from rubric_jax.rl import rare_phase, trainer
+    from rubric_jax.methods import rare as rare_phase
+    from rubric_jax.rl import trainer
     from rubric_jax.rl.checkpoint import Checkpointer
     from rubric_jax.rl.metrics import read_metrics
     from test_trainer import _tiny_run_config, kill_then_resume

@@ -189,7 +189,7 @@ def revising_writer(requests):
 
 def _scripted(mp, scorers):
     """The trainer's RARE phase with the scripted judge (each SharedScorer appended to `scorers`) and writer."""
-    from rubric_jax.rl import rare_phase
+    from rubric_jax.methods import rare as rare_phase
 
     def make_scorer(judge, retry, mode):
         scorers.append(SharedScorer(judge))

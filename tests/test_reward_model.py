@@ -283,7 +283,7 @@ def test_rlmr_writing_reward_from_a_reward_model(qwen_rm):
     then the group penalty applies to the violators (here: responses with a comma)."""
     import jax
 
-    from rubric_jax.rl import rlmr_phase
+    from rubric_jax.methods import rlmr as rlmr_phase
     from rubric_jax.verifiers.constraints import parse_constraints
     from rubric_jax.verifiers.verifier import ConstraintVerifier
 

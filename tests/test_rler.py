@@ -235,7 +235,8 @@ def test_trainer_grows_the_pools_and_they_survive_a_kill(tiny_qwen3, tmp_path, m
     """configs/rler.py:tiny (one criterion written per visit) with a scripted judge and writer: both queries are
     visited every step, so their pools grow by one per step; a run killed in step 2 restores the pools from the
     checkpoint and ends exactly like an uninterrupted one."""
-    from rubric_jax.rl import rare_phase, trainer
+    from rubric_jax.methods import rare as rare_phase
+    from rubric_jax.rl import trainer
     from rubric_jax.rl.checkpoint import Checkpointer
     from rubric_jax.rl.metrics import read_metrics
     from test_rare import _rare_records

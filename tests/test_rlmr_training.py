@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rubric_jax import rewards as R
-from rubric_jax.rl import rlmr_phase, trainer
+from rubric_jax.methods import rlmr as rlmr_phase
+from rubric_jax.rl import trainer
 from rubric_jax.rl.dynamic import DynamicConfig
 from rubric_jax.rl.metrics import PhaseTimer, read_metrics
 from rubric_jax.rl.policy import Policy
@@ -116,20 +117,21 @@ def setup(tiny_qwen3, tmp_path_factory):
     return trainer.build(c)
 
 
-def _scripted(odd_only=True):
-    """Writing rewards by group id: odd ids [0.2, 0.8] (spread), even ids [0.5, 0.5] (none); all zero if not
-    odd_only."""
-    def judge_step(setup, records, prompts, responses, weights, step, group_ids):
-        r = np.asarray([[0.2, 0.8] if (gid % 2 and odd_only) else [0.5, 0.5] for gid in group_ids], np.float32)
-        return r, {"per_c": np.zeros((len(records), 2, len(setup.criteria)), np.float32), "health": [{}] * len(records)}
-    return judge_step
+def _scripted(setup, odd_only=True):
+    """The RLMR method's writing reward by group id: odd ids [0.2, 0.8] (spread), even ids [0.5, 0.5] (none); all
+    zero if not odd_only."""
+    def writing_reward(batch, prompts, responses):
+        n = len(batch.records)
+        r = np.asarray([[0.2, 0.8] if (gid % 2 and odd_only) else [0.5, 0.5] for gid in batch.group_ids], np.float32)
+        return r, {"per_c": np.zeros((n, 2, len(setup.criteria)), np.float32), "health": [{}] * n}
+    return writing_reward
 
 
 @pytest.mark.slow
 def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
     seen = []
     monkeypatch.setattr(Policy, "update", lambda self, batch, key: seen.append(batch) or {"loss": 0.0})
-    monkeypatch.setattr(trainer, "_judge_step", _scripted())
+    monkeypatch.setattr(setup.method, "writing_reward", _scripted(setup))
     # refill: batch 0 has groups 0, 1 (only 1 kept); one extra batch brings group 3: full, nothing padded
     setup.dynamic = DynamicConfig(enabled=True, oversample=1, max_rounds=2)
     m = trainer.train_step(setup, 0, jax.random.key(1), PhaseTimer())
@@ -147,14 +149,14 @@ def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
     assert batch.completion_mask_bt[:2].any(axis=1).all() and not batch.completion_mask_bt[2:].any()
     # nothing ever kept: the bound stops after max_rounds extra batches and the update is skipped entirely
     seen.clear()
-    monkeypatch.setattr(trainer, "_judge_step", _scripted(odd_only=False))
+    monkeypatch.setattr(setup.method, "writing_reward", _scripted(setup, odd_only=False))
     setup.dynamic = DynamicConfig(enabled=True, oversample=1, max_rounds=2)
     m = trainer.train_step(setup, 2, jax.random.key(3), PhaseTimer())
     assert seen == [] and m["dynamic/empty_update"] == 1.0
     assert m["dynamic/extra_rounds"] == 2 and m["dynamic/sampled_groups"] == 6 and m["dynamic/kept_frac"] == 0.0
     # agreement across processes: this process has its 2 groups after one extra batch, but another process
     # reports none kept, so every process keeps sampling to the bound (the same number of batches everywhere)
-    monkeypatch.setattr(trainer, "_judge_step", _scripted())
+    monkeypatch.setattr(setup.method, "writing_reward", _scripted(setup))
     monkeypatch.setattr(setup.hosts, "gather", lambda obj: [obj, 0] if isinstance(obj, int) else [obj])
     setup.dynamic = DynamicConfig(enabled=True, oversample=1, max_rounds=2)
     m = trainer.train_step(setup, 3, jax.random.key(5), PhaseTimer())
@@ -162,7 +164,7 @@ def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(Policy, "update", lambda self, batch, key: {"loss": 0.0})
     # oversampling: two batches up front
-    monkeypatch.setattr(trainer, "_judge_step", _scripted())
+    monkeypatch.setattr(setup.method, "writing_reward", _scripted(setup))
     setup.dynamic = DynamicConfig(enabled=True, oversample=2, max_rounds=0)
     m = trainer.train_step(setup, 4, jax.random.key(4), PhaseTimer())
     assert m["dynamic/sampled_groups"] == 4 and m["dynamic/extra_rounds"] == 0 and m["dynamic/padded_groups"] == 0

@@ -185,13 +185,15 @@ def test_step_printer_waits_for_the_interval_and_gives_an_eta():
 @pytest.mark.slow
 def test_exploration_projection_is_fixed_over_steps_and_resume(tiny_qwen3, tmp_path, monkeypatch):
     seen = []
-    real = trainer.exploration_bonuses
+    from rubric_jax.methods import terms
+
+    real = terms.exploration_bonuses
 
     def spy(model, tokens_bt, mask_bt, prompt_len, group, cfg, proj):
         seen.append(np.asarray(proj))
         return real(model, tokens_bt, mask_bt, prompt_len, group, cfg, proj)
 
-    monkeypatch.setattr(trainer, "exploration_bonuses", spy)
+    monkeypatch.setattr(terms, "exploration_bonuses", spy)
 
     def cfg(steps, seed):
         c = load_config("rcrl_exploration", "tiny")

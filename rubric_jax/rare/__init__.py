@@ -5,7 +5,7 @@ integer rubric scores with a retry, from our own model (scoring.py) or an OpenAI
 rescoring and decision (task_revision.py, also the MPO baseline); the RLER baseline's per-query pools
 (rler.py); the criterion writer: prompts (writer_prompts.py), validation (validate.py), the retry loop and
 two backends (writer.py); and grammar-constrained decoding on our own model (constrained.py). The trainer's
-side is rubric_jax/rl/rare_phase.py; the math, docs/method.md §3."""
+side is rubric_jax/methods/rare.py; the math, docs/method.md §3."""
 
 from rubric_jax.rare.constrained import ConstrainedOutput, constrained_decode, constrained_generate
 from rubric_jax.rare.writer import (DIRECTIONS, LocalWriter, RemoteWriter, ReplacementError, WriteOutcome,

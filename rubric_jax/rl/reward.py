@@ -33,7 +33,7 @@ from rubric_jax.rubrics import Criterion, Rubric
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    judging: str = "pairwise"  # pairwise | absolute | rare (rubric_jax.rl.rare_phase) | rlmr (rl.rlmr_phase)
+    judging: str = "pairwise"  # pairwise | absolute | rare | rlmr: the method (rubric_jax.methods.method_name)
     curriculum: bool = True
     interval: int = 100  # steps between criterion introductions
     weighting: str = "emphasis"  # emphasis | equal
@@ -51,8 +51,9 @@ class RewardConfig:
     pacing: str = "fixed"
 
     def __post_init__(self):
-        if self.judging not in ("pairwise", "absolute", "rare", "rlmr"):
-            raise ValueError(f"reward.judging must be pairwise, absolute, rare or rlmr, got {self.judging!r}")
+        # which names exist is the method registry's to say (rubric_jax.methods.judging_choices; validate.check)
+        if not isinstance(self.judging, str) or not self.judging:
+            raise ValueError(f"reward.judging must name a reward method, got {self.judging!r}")
         if self.judging in ("rare", "rlmr") and (self.curriculum or self.dropout_q):
             raise ValueError(f"reward.judging={self.judging!r} scores every criterion of the rubric: set "
                              "reward.curriculum=False and reward.dropout_q=0")

@@ -2,8 +2,9 @@
 
 `build(config)` loads the model and tokenizer, wraps the policy with LoRA (or trains every weight), makes the
 optimizer, the judge (on the policy's frozen base, or on `config.judge.model` loaded beside it: `load_judge`),
-the data iterator, the run's shape plan and each method's runtime (RARE, RLMR, per-prompt rubrics). Everything
-that can be rejected from the config alone is checked before the model loads (`rubric_jax.rl.validate`).
+the data iterator, the run's shape plan, the reward method (rubric_jax.methods: made and given the records before
+the model loads, built once it has) and the reward terms. Everything that can be rejected from the config alone
+is checked before the model loads (`rubric_jax.rl.validate`, which asks the method to check its own section).
 """
 
 from __future__ import annotations
@@ -24,15 +25,14 @@ from rubric_jax.models.loading import DEFAULT_MODEL, load_model, resolve_checkpo
 from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
-from rubric_jax.rewards.pacing import PacingConfig
-from rubric_jax.rl import dynamic, pacing_phase, rare_phase, rlmr_phase, validate
+from rubric_jax import methods
+from rubric_jax.methods.terms import make_terms
+from rubric_jax.rl import dynamic, validate
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
-from rubric_jax.rl.reward import (RewardConfig, exploration_projection, judge_config, ordered_criteria,  # noqa: F401
-                                  reachable_criteria)
+from rubric_jax.rl.reward import RewardConfig, judge_config, ordered_criteria
 from rubric_jax.rl.shapes import ShapePlan
-from rubric_jax.rare.store import RubricStore
 from rubric_jax.rubrics import load_rubric
 
 log = logging.getLogger(__name__)
@@ -55,20 +55,14 @@ class Setup:
     hosts: Hosts
     base_local: Any  # the frozen base on this process' devices (the judge's and the bonuses' model)
     shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
-    rare: rare_phase.RareRuntime | None = None  # reward.judging="rare": rubric store, scorer, criterion writer
-    rubrics: RubricStore | None = None  # per-prompt rubrics (config.rubric_source record | task)
-    rlmr: rlmr_phase.RlmrRuntime | None = None  # reward.judging="rlmr": constraint verifier, writing reward, mix
-    writing_cfg: RewardConfig | None = None  # RLMR: how the judge gives the writing reward (absolute | pairwise)
+    # the reward method (rubric_jax.methods: RcRL and its baselines, per-prompt rubrics, RARE, RLMR) and the
+    # reward terms added to its rewards (rubric_jax.methods.terms: the bonuses)
+    method: methods.Method | None = None
+    terms: list = dataclasses.field(default_factory=list)
     dynamic: dynamic.DynamicConfig = dynamic.DynamicConfig()
-    # exploration bonus: the run's fixed projection of pooled hidden states and the seed it was drawn from
-    # (kept in the checkpoint's meta, so a resumed run redraws the same matrix)
-    exploration_seed: int | None = None
-    exploration_proj: Any = None
     # policy_entropy of the run's first steps (diagnostics.record_entropy): the base of policy_entropy_ratio,
     # kept in the checkpoint's meta so a resumed run keeps the same base
     entropy_head: list = dataclasses.field(default_factory=list)
-    pacing: pacing_phase.PacingRuntime | None = None  # reward.pacing="auto": held-out readings, arrivals
-    pacing_judge: Judge | None = None
     # What every judge of the run reads (`load_judge`): base_local and the policy's tokenizer when self-judging,
     # else config.judge.model and its own tokenizer (frozen: no adapters, no optimizer state, never trained).
     judge_model: Any = None
@@ -78,11 +72,6 @@ class Setup:
     def judge_apart(self) -> bool:
         """Whether the judges read a model other than the policy's base (config.judge.model)."""
         return self.judge_model is not None and self.judge_model is not self.base_local
-
-    def set_exploration(self, seed: int) -> None:
-        self.exploration_seed = int(seed)
-        self.exploration_proj = exploration_projection(self.exploration_seed, self.base.cfg.hidden_size,
-                                                       self.reward_cfg)
 
     def local_policy(self) -> Policy:
         """The current policy on this process' devices (sampling, usefulness bonus)."""
@@ -128,16 +117,10 @@ def build(config) -> Setup:
     # The prompt file and every rubric are read before a model file is opened: a bad line or a misspelled name
     # is reported in the first seconds, not after a load that takes minutes for a 4B checkpoint.
     reward_cfg = RewardConfig(**config.reward.to_dict())
-    per_prompt = config.rubric_source != "config"
-    if per_prompt and reward_cfg.judging != "rare" and (reward_cfg.curriculum or reward_cfg.dropout_q):
-        raise validate.ConfigError(f"config.rubric_source={config.rubric_source!r}: each prompt has its own rubric, "
-                                   f"so there is no one criteria order for a curriculum or dropout; set "
-                                   f"reward.curriculum=False")
     default_rubric = load_rubric(config.rubric) if config.rubric else None
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
-    judged = reward_cfg.judging != "rare" and not (reward_cfg.judging == "rlmr"
-                                                   and config.rlmr.writing in ("reward_model", "none"))
-    if judged and not per_prompt and not criteria:
+    method = methods.make(config, reward_cfg, criteria, default_rubric)
+    if method.needs_judge() and config.rubric_source == "config" and not criteria:
         raise validate.ConfigError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a "
                                    f"rubric")
     records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
@@ -147,16 +130,10 @@ def build(config) -> Setup:
             raise validate.ConfigError(f"config.data.with_constraints: no record of {config.data.path!r} has "
                                        f"constraints")
     validate.check_records(config, records, config.data.path)
-    if reward_cfg.pacing != "fixed":  # held-out prompts leave the training set before the iterator is made
-        pacing_cfg = PacingConfig.for_interval(reward_cfg.interval, **config.pacing.to_dict())
-        records, heldout = pacing_phase.split_records(records, pacing_cfg, min_train=config.prompts_per_step)
+    # the method may hold records out of training (held-out pacing) and reads each prompt's own rubric
+    records = method.prepare(records)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
-    store = None
-    if per_prompt and reward_cfg.judging != "rare":  # RARE makes its own store, and may write missing rubrics
-        store = RubricStore(default_rubric, config.rubric_source)
-        for r in dataset.records:  # every record's rubric loads now: a bad one fails before the model loads
-            store.initial(r)
     base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
     tokenizer = load_tokenizer(config.tokenizer or name)
     # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only. Full fine-tuning
@@ -190,43 +167,22 @@ def build(config) -> Setup:
     base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
     judge_model, judge_tokenizer = load_judge(config, name, base_local, tokenizer, hosts)
     judge = Judge(judge_model, judge_tokenizer, judge_config(config), max_response_tokens=config.judge.max_response_tokens)
-    if judged and not per_prompt:
-        # the curriculum adds criteria: plan the judge's last compiled shape for all that this run reaches
-        judge.reserve(reachable_criteria(criteria, reward_cfg, config.steps))
     # One prompt width for the whole run (one sampler program): the rung of the longest prompt it can draw, or
     # max_prompt_len (config.prompt_width).
+    encode = lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0]  # noqa: E731
     shapes = ShapePlan.build(config.max_prompt_len, config.max_completion_len,
-                             [len(encode_prompt(tokenizer, r, config.max_prompt_len)[0]) for r in dataset.records],
-                             width=config.prompt_width)
+                             [len(encode(r)) for r in dataset.records], width=config.prompt_width)
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records), judge.model_id),
                "the run's settings")
-    rare = rlmr = writing_cfg = None
-    if reward_cfg.judging == "rlmr":
-        rlmr = rlmr_phase.build(config, judge, dataset.records)
-        writing_cfg = dataclasses.replace(reward_cfg, judging="pairwise" if rlmr.cfg.writing == "pairwise" else "absolute",
-                                          verifier_flip=0.0)  # the writing judge's settings; flips are RLMR's
-    if reward_cfg.judging == "rare":
-        rare = rare_phase.build(config, base_local, tokenizer, judge.model_id, default_rubric, dataset.records,
-                                judge=(judge_model, judge_tokenizer))
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
-                  base_local, shapes, rare, store, rlmr, writing_cfg, dynamic.DynamicConfig(**config.dynamic.to_dict()),
+                  base_local, shapes, method, dynamic=dynamic.DynamicConfig(**config.dynamic.to_dict()),
                   judge_model=judge_model, judge_tokenizer=judge_tokenizer)
-    if reward_cfg.pacing != "fixed":
-        hosts.same([r.id for r in heldout.records], "the pacing held-out prompts")
-        setup.pacing = pacing_phase.build(
-            pacing_cfg, heldout, criteria, tokenizer, max_new_tokens=config.max_completion_len, alpha=reward_cfg.alpha,
-            mode=reward_cfg.weighting, encode=lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0],
-            fixed_interval=reward_cfg.interval if reward_cfg.pacing == "monitor" else 0)
-        # its own judge (the training judge's weights, no copy): its 2-response groups would otherwise take
-        # compiled shapes from the training judge's budget. A reading averages win rates over prompts, so it reads
-        # soft verdicts (logit) unless the training judge generates: discrete ones only add noise to a mean.
-        pacing_mode = "generate" if config.judge.mode == "generate" else "logit"
-        setup.pacing_judge = Judge(judge_model, judge_tokenizer, judge_config(config, mode=pacing_mode, pairing="all"),
-                                   max_response_tokens=config.judge.max_response_tokens)
-    if reward_cfg.exploration_coef:
-        setup.set_exploration(config.seed)
+    ctx = methods.BuildContext(config, tokenizer, base_local, judge, judge_model, judge_tokenizer, dataset.records,
+                               hosts, encode, setup.local_policy)
+    method.build(ctx)
+    setup.terms = make_terms(config, reward_cfg, ctx)
     return setup
 
 

@@ -1,9 +1,10 @@
 """The GRPO training loop: sample -> judge -> reward -> advantages -> update -> log -> save.
 
-`train(config, workdir)` is the whole job. Everything random is derived from (config.seed, step), and
-the data iterator's state, the trained parameters (LoRA adapters, or every weight with finetune="full"), the
-optimizer state and RARE's rubric state are checkpointed together, so a killed run restarted with the same
-command continues exactly where it stopped.
+`train(config, workdir)` is the whole job. The reward is the method's (rubric_jax.methods, found by name from
+the config: the trainer never asks which one it holds) plus the reward terms (rubric_jax.methods.terms). Everything random is derived from (config.seed, step), and the data iterator's state,
+the trained parameters (LoRA adapters, or every weight with finetune="full"), the optimizer state and the method's
+state are checkpointed together, so a killed run restarted with the same command continues exactly where it
+stopped.
 
 Shapes (rubric_jax.rl.shapes): prompts are padded to one width for the run and completions trimmed to a
 rung of a 4-rung ladder, so each jitted program compiles at most 4 times; compiled programs persist in
@@ -24,14 +25,14 @@ import numpy as np
 
 from rubric_jax import progress as inner_progress
 from rubric_jax.rewards.compiled import advantages, standardise_in_group, zero_spread_mask
-from rubric_jax.rl import diagnostics, dynamic, pacing_phase, rare_phase, rlmr_phase
+from rubric_jax.methods import RewardBatch
+from rubric_jax.methods.terms import TermBatch
+from rubric_jax.rl import diagnostics, dynamic
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.hosts import merge_rows
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
 from rubric_jax.rl.policy import Policy, RolloutBatch
 from rubric_jax.rl.profiling import maybe_profile
-from rubric_jax.rl.reward import (exploration_bonuses, judge_metrics, judge_rewards, judge_rewards_per_prompt,
-                                  per_prompt_metrics, step_weights, usefulness_bonuses)
 from rubric_jax.rl.setup import (DEFAULT_MODEL, Setup, build, encode_prompt, judge_record, parse_mesh,  # noqa: F401
                                  run_summary, select_tasks)
 from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
@@ -72,12 +73,9 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     setup.policy.opt_state = state["opt_state"]
     setup.policy.total_bad_steps = int(meta.get("skipped_updates", 0))
     setup.data_iter.set_state(meta["data"])
-    if setup.rare is not None:
-        rare_phase.set_state(setup.rare, meta, f"checkpoint {step} in {ckpt.directory}")
-    if setup.pacing is not None:
-        pacing_phase.set_state(setup.pacing, meta.get("pacing"), f"checkpoint {step} in {ckpt.directory}")
-    if setup.exploration_proj is not None and "exploration_seed" in meta:
-        setup.set_exploration(meta["exploration_seed"])
+    setup.method.set_state(meta, f"checkpoint {step} in {ckpt.directory}")
+    for term in setup.terms:
+        term.set_state(meta)
     setup.entropy_head = list(meta.get("entropy_head", []))
     _check_judge(meta.get("judge"), judge_record(setup), f"checkpoint {step} in {ckpt.directory}")
     log.info("resumed from %s at step %d", ckpt.directory, step)
@@ -121,9 +119,10 @@ class SampledBatch:
     rows: dict[str, Any]  # per-group results of this process, pooled across batches and processes
     reward: np.ndarray  # (B, G) with bonuses
     keep: np.ndarray  # (B,) groups fit for the update (dynamic sampling: spread > min_spread and not dropped)
+    picked: dict[str, np.ndarray]  # the method's per-group arrays for the groups the update uses (RewardOut)
 
 
-def sample_batch(setup: Setup, step: int, key, index: int, weights, timer: PhaseTimer) -> SampledBatch:
+def sample_batch(setup: Setup, step: int, key, index: int, timer: PhaseTimer) -> SampledBatch:
     """Batch `index` of the step: sample -> judge -> reward on this process' devices. Batch 0 draws its
     randomness exactly as a step without dynamic sampling does; batch i > 0 from fold_in(key, 1000 + i), and its
     groups have global ids i * prompts_per_step + (index in the step's batch)."""
@@ -134,7 +133,6 @@ def sample_batch(setup: Setup, step: int, key, index: int, weights, timer: Phase
     bkey = key if index == 0 else jax.random.fold_in(key, 1000 + index)
     prompts = [r.prompt for r in records]
     rows: dict[str, Any] = {}
-    drop = np.zeros(len(records), bool)
     with hosts.local_context():
         with timer.phase("sample"):
             encoded = [encode_prompt(tok, r, cfg.max_prompt_len) for r in records]
@@ -152,39 +150,23 @@ def sample_batch(setup: Setup, step: int, key, index: int, weights, timer: Phase
             texts = [tok.decode(c) for c in completions]
             responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
 
-        with timer.phase("judge"):
-            if setup.rare is not None:  # scoring, and writing and rescoring replacements (time/judge)
-                r_bg, rows["judge"] = rare_phase.judge(setup.rare, records, prompts, responses, step)
-            elif setup.rlmr is not None:  # writing reward, constraint verifier, their mix
-                r_bg, mixed_rows, drop = rlmr_phase.rewards(
-                    setup.rlmr, lambda p, r: _judge_step(setup, records, p, r, weights, step, group_ids), records,
-                    prompts, responses, setup.reward_cfg.verifier_flip, jax.random.fold_in(bkey, 4), group_ids)
-                rows.update(mixed_rows)
-            else:
-                r_bg, rows["judge"] = _judge_step(setup, records, prompts, responses, weights, step, group_ids)
+        with timer.phase("judge"):  # the method's reward, with whatever judging it does
+            res = setup.method.reward(RewardBatch(records, prompts, responses, step, group_ids, bkey))
+            r_bg, rows["method"] = res.reward, res.rows
+            drop = np.zeros(len(records), bool) if res.drop is None else np.asarray(res.drop, bool)
 
         with timer.phase("reward"):
             rows["judge_reward"] = r_bg
-            r_bg = _add_bonuses(setup, r_bg, batch, records, encoded, completions, bkey, rows)
+            r_bg = add_terms(setup, r_bg, TermBatch(records, batch, [e[0] for e in encoded], completions, g), rows)
             rows["reward"] = r_bg
             rows["completion"] = diagnostics.completion_rows(out, prompts, texts, tok)
             rows["truncated"] = np.asarray([e[1] for e in encoded], bool)
     dyn = setup.dynamic
     keep = dynamic.keep_groups(r_bg, dyn.min_spread, drop) if dyn.enabled else ~drop
-    return SampledBatch(list(records), out, rows, np.asarray(r_bg, np.float32), keep)
+    return SampledBatch(list(records), out, rows, np.asarray(r_bg, np.float32), keep, res.picked)
 
 
-def _judge_step(setup: Setup, records, prompts, responses, weights, step: int, group_ids):
-    """The judge's reward (pairwise win rates or pointwise scores) over the config's or each prompt's rubric."""
-    cfg = setup.reward_cfg if setup.rlmr is None else setup.writing_cfg
-    if setup.rubrics is not None:
-        return judge_rewards_per_prompt(setup.judge, prompts, responses, [setup.rubrics.get(r) for r in records],
-                                        cfg, seed=step, group_ids=group_ids)
-    return judge_rewards(setup.judge, prompts, responses, setup.criteria, weights, cfg, seed=step,
-                         group_ids=group_ids)
-
-
-def sample_until_full(setup: Setup, step: int, key, weights, timer: PhaseTimer) -> list[SampledBatch]:
+def sample_until_full(setup: Setup, step: int, key, timer: PhaseTimer) -> list[SampledBatch]:
     """The step's sampled batches: one, or under dynamic sampling `oversample` and then one more at a time while
     any process has fewer kept groups than its batch, at most `max_rounds` more (all processes agree)."""
     dyn = setup.dynamic
@@ -193,13 +175,13 @@ def sample_until_full(setup: Setup, step: int, key, weights, timer: PhaseTimer) 
     batches = []
     for i in range(first):
         inner_progress.report("sample", i, first, unit)
-        batches.append(sample_batch(setup, step, key, i, weights, timer))
+        batches.append(sample_batch(setup, step, key, i, timer))
     need = len(batches[0].records)
     while dyn.enabled and len(batches) - dyn.oversample < dyn.max_rounds:
         if min(setup.hosts.gather(int(sum(b.keep.sum() for b in batches)))) >= need:
             break
         inner_progress.report("sample (refill)", len(batches), first + dyn.max_rounds, unit)
-        batches.append(sample_batch(setup, step, key, len(batches), weights, timer))
+        batches.append(sample_batch(setup, step, key, len(batches), timer))
     return batches
 
 
@@ -224,30 +206,23 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
     """One step. This process samples, judges and rewards its slice of the prompts on its own devices (more
     batches under dynamic sampling, rubric_jax.rl.dynamic); the per-row results of all processes are pooled
     (`hosts.merged`) for advantages and metrics; the update runs on the global batch over the whole mesh."""
-    cfg, hosts = setup.config, setup.hosts
-    weights, pace = None, {}
-    if setup.pacing is not None:  # before the step's judge figures start counting
-        weights, pace = pacing_phase.advance(setup.pacing, step, policy_model=setup.local_policy().model(),
-                                             base_model=setup.base_local, judge=setup.pacing_judge, hosts=hosts,
-                                             timer=timer)
-        weights = np.asarray(weights, np.float32)
-    elif setup.rare is None and setup.rubrics is None:
-        weights = step_weights(step, len(setup.criteria), setup.reward_cfg, jax.random.fold_in(key, 1))
-    judge = setup.rare.judge if setup.rare is not None else setup.judge
-    with JudgePadding(judge) as judge_pad:
-        batches = sample_until_full(setup, step, key, weights, timer)
+    cfg, hosts, method = setup.config, setup.hosts, setup.method
+    # the method's schedule for the step (e.g. criterion weights), before its judge figures start counting
+    pace = method.begin_step(step, key, timer)
+    with JudgePadding(method.judge) as judge_pad:
+        batches = sample_until_full(setup, step, key, timer)
     need = len(batches[0].records)
     if setup.dynamic.enabled:
         sel = dynamic.select_groups([b.keep for b in batches], need)
-    else:  # no refill: the one batch as sampled, groups a method drops (RLMR: all violate) at zero weight
+    else:  # no refill: the one batch as sampled, groups the method drops (RewardOut.drop) at zero weight
         sel = dynamic.Selection(tuple((0, i) for i in range(need)), batches[0].keep.astype(np.float32))
     batch = update_batch(setup, batches, sel)
     rows = merge_rows([b.rows for b in batches])
     rows["padding"] = padding_counts(SimpleNamespace(prompt_mask=np.concatenate([b.out.prompt_mask for b in batches])),
                                      batch)
     picked = {"reward": np.stack([batches[bi].reward[gi] for bi, gi in sel.picks]), "weight": sel.weight}
-    if setup.rlmr is not None:
-        picked["violate"] = np.stack([batches[bi].rows["rlmr"]["violate"][gi] for bi, gi in sel.picks])
+    for name in batches[0].picked:
+        picked[name] = np.stack([batches[bi].picked[name][gi] for bi, gi in sel.picks])
     rows["picked"] = picked
     rows["dynamic"] = np.asarray([[sum(len(b.keep) for b in batches), sum(int(b.keep.sum()) for b in batches),
                                    len(batches) - (setup.dynamic.oversample if setup.dynamic.enabled else 1),
@@ -255,8 +230,7 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
 
     with timer.phase("pool"):  # also where processes wait for the slowest one
         pooled = hosts.merged(rows)
-        if setup.rare is not None:  # every process applies every process' replacements, in process order
-            rare_phase.commit(setup.rare, pooled["judge"])
+        method.commit(pooled["method"])  # changes the method makes from every process' rows, in process order
         # Advantages from the global batch (a group never spans processes, but a batch-level
         # normalisation would): every process computes all of them and keeps its own rows.
         chosen = pooled["picked"]
@@ -271,21 +245,14 @@ def train_step(setup: Setup, step: int, key, timer: PhaseTimer) -> dict[str, flo
     else:  # every group dropped (bound hit): no step at all, since AdamW's momentum would move weights on zeros
         log.warning("step %d: no group with a learning signal after %d batches: update skipped", step, len(batches))
         umetrics = {"dynamic/empty_update": 1.0}
-    metrics = step_metrics(setup, pooled, adv_all, weights, umetrics, judge_pad.metrics())
+    metrics = step_metrics(setup, pooled, adv_all, umetrics, judge_pad.metrics())
     metrics.update(pace)
-    if setup.rare is not None and setup.rare.evidence is not None:
-        with timer.phase("revise"):  # task level: revise the shared rubrics from steps t-2..t, used from t+1
-            records_t = []
-            if rare_phase.revision_due(setup.rare, step):
-                with hosts.local_context():
-                    records_t = rare_phase.revise(setup.rare, step, hosts.index, hosts.count)
-                records_t = hosts.merged(records_t)
-            metrics.update(rare_phase.commit_revisions(setup.rare, records_t, step))
+    metrics.update(method.end_step(step, timer))  # what the method does once the step is done
     return metrics
 
 
-def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weights: np.ndarray,
-                 umetrics: dict[str, float], judge_time: dict[str, float]) -> dict[str, float]:
+def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, umetrics: dict[str, float],
+                 judge_time: dict[str, float]) -> dict[str, float]:
     """Every logged figure of a step, from the rows pooled over all processes (the same on each)."""
     r_bg = pooled["reward"]
     metrics: dict[str, float] = {**padding_metrics(pooled["padding"]), **judge_time}
@@ -295,24 +262,10 @@ def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weig
                                                len(pooled["picked"]["weight"])))
     elif pooled["picked"]["weight"].min() == 0:
         metrics["dynamic/padded_groups"] = float(np.sum(pooled["picked"]["weight"] == 0))
-    if setup.rlmr is not None:
-        metrics.update(rlmr_phase.rlmr_metrics(pooled["rlmr"], setup.rlmr.cfg))
-        worst = rlmr_phase.violator_adv_max(adv_all, pooled["picked"]["violate"], pooled["picked"]["weight"])
-        if worst is not None:
-            metrics["rlmr/violator_adv_max"] = worst
-    judge_cfg = setup.reward_cfg if setup.rlmr is None else setup.writing_cfg
-    if setup.rare is not None:
-        metrics.update(rare_phase.metrics(pooled["judge"]))
-    elif "judge" not in pooled:  # RLMR with a reward model: no judge rows
-        pass
-    elif setup.rubrics is not None:
-        metrics.update(per_prompt_metrics(pooled["judge"], judge_cfg))
-    else:
-        metrics.update(judge_metrics(pooled["judge"], setup.criteria, weights, judge_cfg))
+    metrics.update(setup.method.metrics(pooled["method"], adv_all, pooled["picked"]))
     metrics["reward/judge_mean"] = float(pooled["judge_reward"].mean())
-    for name in ("exploration", "usefulness"):
-        if f"bonus_{name}" in pooled:
-            metrics[f"bonus/{name}"] = float(pooled[f"bonus_{name}"].mean())
+    for term in setup.terms:
+        metrics[f"bonus/{term.name}"] = float(pooled[f"bonus_{term.name}"].mean())
     metrics.update(umetrics)
     metrics.update({
         "reward/mean": float(r_bg.mean()), "reward/std": float(r_bg.std(axis=1).mean()),
@@ -325,24 +278,13 @@ def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, weig
     return metrics
 
 
-def _add_bonuses(setup: Setup, r_bg, batch: RolloutBatch, records, encoded, completions, key,
-                 rows: dict[str, Any]) -> np.ndarray:
-    """Adds the standardised bonuses (RcRL appendix B) to this process' rewards; raw bonuses go to `rows`."""
-    rc, g = setup.reward_cfg, setup.config.group_size
-    if rc.exploration_coef:
-        bonus = exploration_bonuses(setup.base_local, batch.tokens_bt, batch.mask_bt, batch.prompt_len, g, rc,
-                                    setup.exploration_proj)
-        rows["bonus_exploration"] = bonus
-        r_bg = r_bg + rc.exploration_coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
-    if rc.usefulness_coef:
-        policy = setup.local_policy()
-        groups = [completions[b * g:(b + 1) * g] for b in range(len(encoded))]
-        bonus = usefulness_bonuses(lambda ctx, tgt: diagnostics.mean_nll(policy, ctx, tgt, setup.tokenizer),
-                                   [e[0] for e in encoded], groups,
-                                   lambda b, y: diagnostics.example_context(setup.tokenizer, records[b],
-                                                                            setup.tokenizer.decode(y)))
-        rows["bonus_usefulness"] = bonus
-        r_bg = r_bg + rc.usefulness_coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
+def add_terms(setup: Setup, r_bg, batch: TermBatch, rows: dict[str, Any]) -> np.ndarray:
+    """Adds each reward term's bonus, standardised within its group (rubric_jax.methods.terms), to this process' rewards,
+    weighted by its coefficient; the raw bonuses go to `rows` (bonus_<name>)."""
+    for term in setup.terms:
+        bonus = term.bonus(batch)
+        rows[f"bonus_{term.name}"] = bonus
+        r_bg = r_bg + term.coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
     return r_bg
 
 
@@ -409,20 +351,18 @@ def _train(config, workdir: str) -> list[dict]:
             done = step + 1
             if done % config.checkpoint.every == 0 or done == config.steps:
                 with timer.phase("save"):
-                    ckpt.save(done, _train_state(setup.policy),
-                              _meta(setup, done, setup.data_iter.get_state(), _rare_state(setup)), force=True)
+                    ckpt.save(done, _train_state(setup.policy), _meta(setup, done, setup.data_iter.get_state()),
+                              force=True)
                     saved = done
-                    if setup.rare is not None and hosts.index == 0:
-                        setup.rare.store.export_jsonl(os.path.join(workdir, "rubrics.jsonl"))
+                    setup.method.on_save(workdir)  # the method's files beside the checkpoints
             metrics.update(timer.metrics())
             metrics["time/step"] = sum(timer.metrics().values())
             last_phases = {k.removeprefix("time/"): v for k, v in timer.metrics().items()}
             metrics.update(compiles.metrics())  # time/compiles, time/compile_cache_hits, time/compile_secs
             writer.write_scalars(step, metrics)
-            if setup.rare is not None:
-                texts = rare_phase.pop_texts(setup.rare)
-                if texts:
-                    writer.write_texts(step, texts)
+            texts = setup.method.texts()  # the method's events of the step, for texts.jsonl
+            if texts:
+                writer.write_texts(step, texts)
             progress.update(step, metrics)
             history.append({"step": step, **metrics})
     except BaseException:
@@ -434,10 +374,9 @@ def _train(config, workdir: str) -> list[dict]:
                         "last periodic checkpoint, step %d)", hosts.index, step, saved)
         elif step > saved:
             log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
-            trainable, opt_state, data_state, rare_snapshot, pacing_snapshot = snapshot
-            rare_state = None if setup.rare is None else rare_phase.state(setup.rare, rare_snapshot)
+            trainable, opt_state, data_state, method_snapshot = snapshot
             ckpt.save(step, _state_dict(setup.policy.finetune, trainable, opt_state),
-                      _meta(setup, step, data_state, rare_state, pacing_snapshot), force=True)
+                      _meta(setup, step, data_state, method_snapshot), force=True)
         raise
     finally:
         compiles.stop()
@@ -449,30 +388,25 @@ def _train(config, workdir: str) -> list[dict]:
 
 def _snapshot(setup: Setup):
     """The state between steps (arrays and rubrics are immutable, so this copies no data)."""
-    rare = None if setup.rare is None else rare_phase.snapshot(setup.rare)
-    pacing = None if setup.pacing is None else pacing_phase.snapshot(setup.pacing)
-    return setup.policy.trainable, setup.policy.opt_state, setup.data_iter.get_state(), rare, pacing
+    return setup.policy.trainable, setup.policy.opt_state, setup.data_iter.get_state(), setup.method.snapshot()
 
 
-def _rare_state(setup: Setup) -> dict | None:
-    return None if setup.rare is None else rare_phase.state(setup.rare)
+_CURRENT = object()
 
 
-def _meta(setup: Setup, done: int, data_state: dict, rare_state: dict | None = None, pacing_state=None) -> dict:
-    """The checkpoint's JSON dict ("judge": which model rewarded the steps); each feature adds its own keys
-    (RARE: "rubrics", the rubric store, and its level's state: "evidence" or "rler"; full fine-tuning:
-    "finetune"; the exploration bonus: "exploration_seed"; auto pacing: "pacing", its decision state and base
-    answers; "entropy_head": the first steps' entropy; "run": the prompt file and the settings the arrays'
-    shapes depend on, workdir.run_record).
-    `pacing_state`: a pacing snapshot from before an interrupted step (default the current state)."""
+def _meta(setup: Setup, done: int, data_state: dict, method_snapshot=_CURRENT) -> dict:
+    """The checkpoint's JSON dict ("judge": which model rewarded the steps); each feature adds its own keys:
+    the method's state (`Method.state`: docs/architecture.md lists each method's keys), the reward terms'
+    (`Term.state`), full fine-tuning's "finetune", "entropy_head" (the first steps' entropy) and "run" (the prompt file and the settings
+    the arrays' shapes depend on, workdir.run_record).
+    `method_snapshot`: the method's snapshot from before an interrupted step (default its current state)."""
     meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
             "criteria": [c.id for c in setup.criteria], "judge": judge_record(setup),
             "run": run_record(setup.config)}  # what a resume must keep (workdir.check_resume, check_prompts)
-    meta.update(rare_state or {})
-    if setup.exploration_seed is not None:
-        meta["exploration_seed"] = setup.exploration_seed
-    if setup.pacing is not None:
-        meta["pacing"] = pacing_phase.state_dict(setup.pacing, pacing_state)
+    method = setup.method
+    meta.update(method.state() if method_snapshot is _CURRENT else method.state(method_snapshot))
+    for term in setup.terms:
+        meta.update(term.state())
     if setup.entropy_head:
         meta["entropy_head"] = setup.entropy_head  # [{"step": s, "policy_entropy": v}] of the first steps
     if setup.policy.finetune != "lora":  # LoRA checkpoints keep the meta they always had

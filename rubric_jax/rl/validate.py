@@ -10,17 +10,19 @@ that the files they name exist; reading the files is the loaders' job (they name
 prompt file's records that name a rubric that is not there, also before the model loads.
 
 Where a component's own dataclass already validates its section (RewardConfig, JudgeConfig, LoRAConfig,
-DynamicConfig, RlmrConfig), the section is built here from the config, so there is one rule per field.
+DynamicConfig), the section is built here from the config, so there is one rule per field; the reward method
+checks its own section (`Method.validate`, rubric_jax.methods: RLMR's and RARE's settings).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
-from typing import Any, Callable
 
-from rubric_jax.errors import UserError, did_you_mean
+from rubric_jax.config_checks import ConfigError  # noqa: F401 (rubric_jax.rl.validate.ConfigError: its old home)
+from rubric_jax.config_checks import choice as _choice, fail as _fail
+from rubric_jax.config_checks import integer as _int, number as _num, section as _section
+from rubric_jax.errors import did_you_mean
 from rubric_jax.rewards.group import ADVANTAGE_KINDS
 from rubric_jax.rl.losses import AGGREGATIONS
 from rubric_jax.rl.shapes import PROMPT_WIDTHS
@@ -32,47 +34,6 @@ SCHEDULES = ("cosine", "constant")
 KL_KINDS = ("k1", "k3")
 REMATS = ("none", "full", "dots_saveable")
 ATTENTIONS = ("plain", "xla", "cudnn", "chunked")
-
-
-class ConfigError(UserError):
-    """A config value (or the --workdir flag) that cannot run; the message starts with the field's full name."""
-
-
-def _fail(field: str, value: Any, allowed: str) -> None:
-    raise ConfigError(f"config.{field}={value!r}: {allowed}")
-
-
-def _get(config, field: str):
-    node = config
-    for part in field.split("."):
-        node = node[part]
-    return node
-
-
-def _int(config, field: str, lo: int, what: str = "") -> None:
-    v = _get(config, field)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        _fail(field, v, f"must be an integer >= {lo}{what}")
-
-
-def _num(config, field: str, ok: Callable[[float], bool], allowed: str) -> None:
-    v = _get(config, field)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not ok(v):
-        _fail(field, v, allowed)
-
-
-def _choice(config, field: str, choices) -> None:
-    v = _get(config, field)
-    if v not in choices:
-        _fail(field, v, f"must be one of {tuple(choices)}" + (did_you_mean(v, choices) if isinstance(v, str) else ""))
-
-
-def _section(config, field: str, build: Callable[[], Any]) -> None:
-    """Builds a component's config dataclass; its own error gets the section's name in front."""
-    try:
-        build()
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"config.{field}: {e}") from e
 
 
 def check(config) -> None:
@@ -234,8 +195,10 @@ def _sections(config) -> None:
     from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
     from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
     from rubric_jax.rl.reward import RewardConfig  # noqa: PLC0415
-    from rubric_jax.rl.rlmr_phase import RlmrConfig  # noqa: PLC0415
 
+    from rubric_jax import methods  # noqa: PLC0415
+
+    _choice(config, "reward.judging", methods.judging_choices())
     _section(config, "reward", lambda: RewardConfig(**config.reward.to_dict()))
     from rubric_jax.rl.reward import judge_config  # noqa: PLC0415
 
@@ -261,16 +224,5 @@ def _sections(config) -> None:
         if config.rubric_source != "config":
             _fail("rubric_source", config.rubric_source, f"reward.pacing={config.reward.pacing!r} paces one rubric's "
                                                          "curriculum: it needs rubric_source='config'")
-    if config.reward.judging == "rlmr":
-        _section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
-    if config.reward.judging == "rare":
-        from rubric_jax.rare import DIRECTIONS  # noqa: PLC0415
-        from rubric_jax.rare.scoring import SCORE_MODES  # noqa: PLC0415
-        from rubric_jax.rl.rare_phase import LEVELS, TASK_LEVELS  # noqa: PLC0415
-        _choice(config, "rare.level", LEVELS)
-        _choice(config, "rare.direction", DIRECTIONS)
-        _choice(config, "rare.score_mode", SCORE_MODES)
-        _int(config, "rare.budget", 1)
-        if config.rare.level in TASK_LEVELS and config.rubric_source != "task":
-            _fail("rubric_source", config.rubric_source, f"rare.level={config.rare.level!r} revises each task's "
-                                                         f"shared rubric: it needs rubric_source='task'")
+    # the reward method's own section (rubric_jax.methods: each method's `validate`)
+    methods.get(methods.method_name(config)).validate(config)

@@ -1,4 +1,4 @@
-"""The reward phase of RLMR runs (reward.judging="rlmr"): a writing reward, the constraint verifier, their mix.
+"""The RLMR reward method (reward.judging="rlmr"): a writing reward, the constraint verifier, their mix.
 
 Source: "RLMR: Reinforcement Learning with Mixed Rewards for Creative Writing" (arXiv 2508.18642); the math is
 in rubric_jax.rewards.rlmr and docs/method.md. Per group of G rollouts of one prompt:
@@ -27,7 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rubric_jax.config_checks import section
+from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
 from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
+from rubric_jax.methods.per_prompt import load_store
+from rubric_jax.rl.reward import (judge_metrics, judge_rewards, judge_rewards_per_prompt, per_prompt_metrics,
+                                  reachable_criteria, step_weights)
 from rubric_jax.verifiers.constraints import KINDS, Constraint, parse_constraints
 from rubric_jax.verifiers.verifier import ConstraintVerifier
 
@@ -173,3 +178,63 @@ def violator_adv_max(adv_bg: np.ndarray, violate_bg: np.ndarray, weight_b: np.nd
     mix); None when no weighted group has a violator."""
     mask = np.asarray(violate_bg, bool) & (np.asarray(weight_b)[:, None] > 0)
     return float(np.asarray(adv_bg)[mask].max()) if mask.any() else None
+
+
+@register("rlmr")
+class RlmrMethod(Method):
+    """The writing reward (the judge over the config's rubric with all criteria active, a reward model, or none),
+    the verifier's flags and their mix; groups where every rollout violates are dropped (penalty mix)."""
+
+    @staticmethod
+    def validate(config) -> None:
+        section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
+
+    def needs_judge(self) -> bool:
+        return self.config.rlmr.writing not in ("reward_model", "none")
+
+    def prepare(self, records: list) -> list:
+        # the writing judge reads the config's rubric, or each prompt's own (rubric_source = record | task)
+        self.store = None
+        if self.config.rubric_source != "config":
+            self.store = load_store(self.default_rubric, self.config.rubric_source, records)
+        return records
+
+    def build(self, ctx: BuildContext) -> None:
+        super().build(ctx)
+        if self.needs_judge() and self.store is None:
+            ctx.judge.reserve(reachable_criteria(self.criteria, self.reward_cfg, self.config.steps))
+        self.rt = build(self.config, ctx.judge, ctx.records)
+        # the writing judge's settings; flips are RLMR's
+        self.writing_cfg = dataclasses.replace(
+            self.reward_cfg, judging="pairwise" if self.rt.cfg.writing == "pairwise" else "absolute", verifier_flip=0.0)
+        self.weights = None
+
+    def begin_step(self, step: int, key, timer) -> dict[str, float]:
+        self.weights = step_weights(step, len(self.criteria), self.reward_cfg, jax.random.fold_in(key, 1))
+        return {}
+
+    def writing_reward(self, batch: RewardBatch, prompts, responses):
+        """The judge's writing reward over the config's rubric (or each prompt's): (r_bg, judge rows)."""
+        if self.store is not None:
+            return judge_rewards_per_prompt(self.ctx.judge, prompts, responses,
+                                            [self.store.get(r) for r in batch.records], self.writing_cfg,
+                                            seed=batch.step, group_ids=batch.group_ids)
+        return judge_rewards(self.ctx.judge, prompts, responses, self.criteria, self.weights, self.writing_cfg,
+                             seed=batch.step, group_ids=batch.group_ids)
+
+    def reward(self, batch: RewardBatch) -> RewardOut:
+        r_bg, rows, drop = rewards(self.rt, lambda p, r: self.writing_reward(batch, p, r), batch.records,
+                                   batch.prompts, batch.responses, self.reward_cfg.verifier_flip,
+                                   jax.random.fold_in(batch.key, 4), batch.group_ids)
+        return RewardOut(r_bg, rows, drop, picked={"violate": rows["rlmr"]["violate"]})
+
+    def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:
+        out = rlmr_metrics(rows["rlmr"], self.rt.cfg)
+        worst = violator_adv_max(adv_bg, picked["violate"], picked["weight"])
+        if worst is not None:
+            out["rlmr/violator_adv_max"] = worst
+        if "judge" in rows and self.store is not None:
+            out.update(per_prompt_metrics(rows["judge"], self.writing_cfg))
+        elif "judge" in rows:  # not with a reward model or no writing reward
+            out.update(judge_metrics(rows["judge"], self.criteria, self.weights, self.writing_cfg))
+        return out

@@ -1,4 +1,4 @@
-"""The trainer's RARE reward path (`reward.judging="rare"`): per-query rubrics from the rubric store, integer
+"""The RARE reward method (`reward.judging="rare"`): per-query rubrics from the rubric store, integer
 scores, sample-level replacement of saturated criteria, and the store kept identical on every process.
 
 Methods (config.rare.level):
@@ -19,12 +19,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
 from typing import Any, Sequence
 
 import numpy as np
 
+from rubric_jax.config_checks import choice, fail, integer
 from rubric_jax.judge import Judge, JudgeConfig
+from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
 from rubric_jax.rare import rler, sample_level, task_level, task_revision
 from rubric_jax.rare.scoring import LocalScorer
 from rubric_jax.rare.store import RubricStore
@@ -302,3 +305,71 @@ def pop_texts(rt: RareRuntime) -> dict[str, str]:
     out = {f"rare/{kind(ev)}_{i}": json.dumps(ev, ensure_ascii=False) for i, ev in enumerate(rt.texts)}
     rt.texts.clear()
     return out
+
+
+@register("rare")
+class RareMethod(Method):
+    """RARE and its baselines through the trainer's five calls; the state is the rubric store (and the level's
+    evidence or RLER pools), kept under "rubrics", "evidence" and "rler" in the checkpoint's meta."""
+
+    @staticmethod
+    def validate(config) -> None:
+        from rubric_jax.rare import DIRECTIONS
+        from rubric_jax.rare.scoring import SCORE_MODES
+
+        choice(config, "rare.level", LEVELS)
+        choice(config, "rare.direction", DIRECTIONS)
+        choice(config, "rare.score_mode", SCORE_MODES)
+        integer(config, "rare.budget", 1)
+        if config.rare.level in TASK_LEVELS and config.rubric_source != "task":
+            fail("rubric_source", config.rubric_source, f"rare.level={config.rare.level!r} revises each task's "
+                                                        f"shared rubric: it needs rubric_source='task'")
+
+    def build(self, ctx: BuildContext) -> None:
+        super().build(ctx)
+        self.rt = build(self.config, ctx.base_local, ctx.tokenizer, ctx.judge.model_id, self.default_rubric,
+                        ctx.records, judge=(ctx.judge_model, ctx.judge_tokenizer))
+
+    @property
+    def judge(self):
+        return self.rt.judge
+
+    def reward(self, batch: RewardBatch) -> RewardOut:
+        # scoring, and writing and rescoring replacements (time/judge)
+        r_bg, rows = judge(self.rt, batch.records, batch.prompts, batch.responses, batch.step)
+        return RewardOut(r_bg, {"judge": rows})
+
+    def commit(self, rows: dict[str, Any]) -> None:
+        # every process applies every process' replacements, in process order
+        commit(self.rt, rows["judge"])
+
+    def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:
+        return metrics(rows["judge"])
+
+    def end_step(self, step: int, timer) -> dict[str, float]:
+        if self.rt.evidence is None:
+            return {}
+        hosts = self.ctx.hosts
+        with timer.phase("revise"):  # task level: revise the shared rubrics from steps t-2..t, used from t+1
+            records_t = []
+            if revision_due(self.rt, step):
+                with hosts.local_context():
+                    records_t = revise(self.rt, step, hosts.index, hosts.count)
+                records_t = hosts.merged(records_t)
+            return commit_revisions(self.rt, records_t, step)
+
+    def snapshot(self):
+        return snapshot(self.rt)
+
+    def state(self, snap=None) -> dict[str, Any]:
+        return state(self.rt, snap)
+
+    def set_state(self, meta: dict[str, Any], where: str) -> None:
+        set_state(self.rt, meta, where)
+
+    def on_save(self, workdir: str) -> None:
+        if self.ctx.hosts.index == 0:
+            self.rt.store.export_jsonl(os.path.join(workdir, "rubrics.jsonl"))
+
+    def texts(self) -> dict[str, str]:
+        return pop_texts(self.rt)

@@ -1,0 +1,50 @@
+"""Each prompt judged on its own rubric (config.rubric_source = "record" or "task"): the instance-specific rubric
+baseline of "Rubric Curriculum RL" (its HealthBench table) and the static rubrics RARE is compared with.
+
+Every criterion of a prompt's rubric is active with weight 1/C_b (no curriculum: the criteria differ per prompt);
+the judge compares the group pairwise (reward.judging="pairwise") or scores each rollout ("absolute").
+`rubric_jax.rl.reward.judge_rewards_per_prompt` holds the arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rubric_jax.config_checks import ConfigError
+from rubric_jax.methods.base import Method, RewardBatch, RewardOut, register
+from rubric_jax.rare.store import RubricStore
+from rubric_jax.rl.reward import judge_rewards_per_prompt, per_prompt_metrics
+
+
+def load_store(default_rubric, source: str, records) -> RubricStore:
+    """Each record's rubric (`source` = record | task), read now: a bad one fails before the model loads."""
+    store = RubricStore(default_rubric, source)
+    for r in records:
+        store.initial(r)
+    return store
+
+
+@register("per_prompt")
+class PerPromptMethod(Method):
+
+    @staticmethod
+    def validate(config) -> None:
+        rc = config.reward
+        if rc.curriculum or rc.dropout_q:
+            raise ConfigError(f"config.rubric_source={config.rubric_source!r}: each prompt has its own rubric, so "
+                              f"there is no one criteria order for a curriculum or dropout; set "
+                              f"reward.curriculum=False")
+
+    def prepare(self, records: list) -> list:
+        self.store = load_store(self.default_rubric, self.config.rubric_source, records)
+        return records
+
+    def reward(self, batch: RewardBatch) -> RewardOut:
+        r_bg, rows = judge_rewards_per_prompt(self.ctx.judge, batch.prompts, batch.responses,
+                                              [self.store.get(r) for r in batch.records], self.reward_cfg,
+                                              seed=batch.step, group_ids=batch.group_ids)
+        return RewardOut(r_bg, {"judge": rows})
+
+    def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:
+        return per_prompt_metrics(rows["judge"], self.reward_cfg)
+

@@ -1,0 +1,103 @@
+"""One rubric for every prompt, judged per criterion: RcRL and the baselines of its Table 3.
+
+"Rubric Curriculum RL: Exploiting the Generation-Verification Gap in Non-Verifiable Domains". The judge compares
+the rollouts of a group pairwise (reward = win rate, reward.judging="pairwise"; listwise with
+judge.pairing="listwise") or scores each one (reward.judging="absolute"), on the criteria the step's schedule makes
+active, weighted by lambda_c:
+
+  reward.curriculum   the first K(t) criteria, the newest weighted alpha (emphasis) or all equally
+  reward.dropout_q    all criteria, each dropped with probability q (Dropout RaR)
+  otherwise           all criteria, equal weights (Pairwise / Absolute RaR)
+  reward.pacing       "auto" / "monitor": the curriculum's arrivals come from held-out readings
+                      (rubric_jax.rl.pacing_phase), "fixed": every reward.interval steps
+
+The math of weights and rewards lives in rubric_jax.rewards (pure functions over score arrays); this module
+picks the step's weights, asks the judge and keeps the pacing state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
+from rubric_jax.rl import pacing_phase
+from rubric_jax.rl.reward import judge_config, judge_metrics, judge_rewards, reachable_criteria, step_weights
+
+
+@register("rubric")
+class RubricMethod(Method):
+    """Weights for the step from the schedule; rewards from the judge over the active criteria."""
+
+    def needs_judge(self) -> bool:
+        return True
+
+    def prepare(self, records: list) -> list:
+        self.pacing = None
+        self.pacing_judge = None
+        self.weights = None
+        if self.reward_cfg.pacing == "fixed":
+            return records
+        # held-out prompts leave the training set before the data iterator is made
+        from rubric_jax.rewards.pacing import PacingConfig
+
+        self.pacing_cfg = PacingConfig.for_interval(self.reward_cfg.interval, **self.config.pacing.to_dict())
+        records, self.heldout = pacing_phase.split_records(records, self.pacing_cfg,
+                                                           min_train=self.config.prompts_per_step)
+        return records
+
+    def build(self, ctx: BuildContext) -> None:
+        super().build(ctx)
+        config, rc = self.config, self.reward_cfg
+        # the curriculum adds criteria: plan the judge's last compiled shape for all that this run reaches
+        ctx.judge.reserve(reachable_criteria(self.criteria, rc, config.steps))
+        if rc.pacing == "fixed":
+            return
+        from rubric_jax.judge import Judge
+
+        ctx.hosts.same([r.id for r in self.heldout.records], "the pacing held-out prompts")
+        self.pacing = pacing_phase.build(
+            self.pacing_cfg, self.heldout, self.criteria, ctx.tokenizer, max_new_tokens=config.max_completion_len,
+            alpha=rc.alpha, mode=rc.weighting, encode=ctx.encode,
+            fixed_interval=rc.interval if rc.pacing == "monitor" else 0)
+        # its own judge (the training judge's weights, no copy): its 2-response groups would otherwise take
+        # compiled shapes from the training judge's budget. A reading averages win rates over prompts, so it reads
+        # soft verdicts (logit) unless the training judge generates: discrete ones only add noise to a mean.
+        pacing_mode = "generate" if config.judge.mode == "generate" else "logit"
+        self.pacing_judge = Judge(ctx.judge_model, ctx.judge_tokenizer,
+                                  judge_config(config, mode=pacing_mode, pairing="all"),
+                                  max_response_tokens=config.judge.max_response_tokens)
+
+    def begin_step(self, step: int, key, timer) -> dict[str, float]:
+        if self.pacing is None:
+            self.weights = step_weights(step, len(self.criteria), self.reward_cfg, jax.random.fold_in(key, 1))
+            return {}
+        # before the step's judge figures start counting
+        weights, pace = pacing_phase.advance(self.pacing, step, policy_model=self.ctx.local_policy().model(),
+                                             base_model=self.ctx.base_local, judge=self.pacing_judge,
+                                             hosts=self.ctx.hosts, timer=timer)
+        self.weights = np.asarray(weights, np.float32)
+        return pace
+
+    def reward(self, batch: RewardBatch) -> RewardOut:
+        r_bg, rows = judge_rewards(self.ctx.judge, batch.prompts, batch.responses, self.criteria, self.weights,
+                                   self.reward_cfg, seed=batch.step, group_ids=batch.group_ids)
+        return RewardOut(r_bg, {"judge": rows})
+
+    def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:
+        return judge_metrics(rows["judge"], self.criteria, self.weights, self.reward_cfg)
+
+    # pacing is the only state: the arrivals so far and the base answers ("pacing" in the checkpoint's meta)
+    def snapshot(self):
+        return None if self.pacing is None else pacing_phase.snapshot(self.pacing)
+
+    def state(self, snap=None) -> dict[str, Any]:
+        if self.pacing is None:
+            return {}
+        return {"pacing": pacing_phase.state_dict(self.pacing, snap)}
+
+    def set_state(self, meta: dict[str, Any], where: str) -> None:
+        if self.pacing is not None:
+            pacing_phase.set_state(self.pacing, meta.get("pacing"), where)

@@ -1,0 +1,112 @@
+"""Reward terms: bonuses any method's reward can carry, standardised within each group and added with their own
+coefficient (appendix B of "Rubric Curriculum RL: Exploiting the Generation-Verification Gap in Non-Verifiable
+Domains"; docs/method.md):
+
+  r_i  <-  r_i + coef * (b_i - mean_group(b)) / std_group(b)        for each term with coef != 0
+
+A term is a class registered with `@term("name")`; its coefficient is `reward.<name>_coef`. It computes one raw
+bonus per rollout, (B, G), from the step's sampled batch; the trainer standardises, adds and logs it
+(bonus/<name>, the raw mean). The bonuses' math (leverage scores, NLL differences) lives in rubric_jax.rewards and
+rubric_jax.rl.reward; this module only connects them to the step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from rubric_jax.methods.base import BuildContext
+from rubric_jax.rl import diagnostics
+from rubric_jax.rl.reward import exploration_bonuses, exploration_projection, usefulness_bonuses
+
+TERMS: dict[str, type["Term"]] = {}
+
+
+def term(name: str):
+    """Class decorator: the term answers to `name`, weighted by reward.<name>_coef."""
+
+    def deco(cls):
+        cls.name = name
+        TERMS[name] = cls
+        return cls
+
+    return deco
+
+
+@dataclasses.dataclass(frozen=True)
+class TermBatch:
+    """What a term reads of one sampled batch of this process."""
+
+    records: Sequence[Any]
+    rollouts: Any  # rubric_jax.rl.policy.RolloutBatch: tokens (B*G, T), masks, prompt width
+    prompt_ids: Sequence[Sequence[int]]  # (B,) the encoded prompts
+    completions: Sequence[Sequence[int]]  # (B*G,) the completions' token ids
+    group_size: int
+
+
+class Term:
+    name = "?"
+
+    def __init__(self, config, reward_cfg, ctx: BuildContext):
+        self.config, self.reward_cfg, self.ctx = config, reward_cfg, ctx
+
+    @property
+    def coef(self) -> float:
+        return float(getattr(self.reward_cfg, f"{self.name}_coef"))
+
+    def bonus(self, batch: TermBatch) -> np.ndarray:
+        raise NotImplementedError
+
+    def state(self) -> dict[str, Any]:
+        """The checkpoint meta keys this term adds."""
+        return {}
+
+    def set_state(self, meta: dict[str, Any]) -> None:
+        pass
+
+
+def make_terms(config, reward_cfg, ctx: BuildContext) -> list[Term]:
+    """The terms with a non-zero coefficient, in registration order."""
+    return [cls(config, reward_cfg, ctx) for name, cls in TERMS.items()
+            if getattr(reward_cfg, f"{name}_coef", 0.0)]
+
+
+@term("exploration")
+class Exploration(Term):
+    """Leverage-score novelty of each rollout's mean-pooled final hidden state (of the frozen base) within its
+    group, in one fixed random projection drawn from config.seed (RcRL appendix B.1). The projection's seed is
+    kept in the checkpoint ("exploration_seed"), so a resumed run redraws the same matrix."""
+
+    def __init__(self, config, reward_cfg, ctx):
+        super().__init__(config, reward_cfg, ctx)
+        self.set_seed(config.seed)
+
+    def set_seed(self, seed: int) -> None:
+        self.seed = int(seed)
+        self.proj = exploration_projection(self.seed, self.ctx.base_local.cfg.hidden_size, self.reward_cfg)
+
+    def bonus(self, batch: TermBatch) -> np.ndarray:
+        r = batch.rollouts
+        return exploration_bonuses(self.ctx.base_local, r.tokens_bt, r.mask_bt, r.prompt_len, batch.group_size,
+                                   self.reward_cfg, self.proj)
+
+    def state(self) -> dict[str, Any]:
+        return {"exploration_seed": self.seed}
+
+    def set_state(self, meta: dict[str, Any]) -> None:
+        if "exploration_seed" in meta:
+            self.set_seed(meta["exploration_seed"])
+
+
+@term("usefulness")
+class Usefulness(Term):
+    """How much a rollout, shown as an example, lowers the reference's NLL of its siblings (RcRL appendix B.2)."""
+
+    def bonus(self, batch: TermBatch) -> np.ndarray:
+        policy, tok, g = self.ctx.local_policy(), self.ctx.tokenizer, batch.group_size
+        groups = [batch.completions[b * g:(b + 1) * g] for b in range(len(batch.prompt_ids))]
+        return usefulness_bonuses(lambda ctx, tgt: diagnostics.mean_nll(policy, ctx, tgt, tok), batch.prompt_ids,
+                                  groups,
+                                  lambda b, y: diagnostics.example_context(tok, batch.records[b], tok.decode(y)))

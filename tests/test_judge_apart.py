@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 
 from rubric_jax.judge import Judge, JudgeConfig
+from rubric_jax.methods import rubric as rubric_method
 from rubric_jax.models.loading import load_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rl import setup as setup_mod, trainer, validate
@@ -76,7 +77,7 @@ def run(tiny_qwen3, judge_dir, tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(trainer, "build", build)
-        mp.setattr(trainer, "judge_rewards", spy)
+        mp.setattr(rubric_method, "judge_rewards", spy)
         hist = trainer.train(cfg, wd)
     return built[0], hist, wd, calls[0]
 
@@ -161,15 +162,16 @@ def test_rlmr_pacing_and_rare_read_the_judge_apart(tiny_qwen3, judge_dir):
     """RLMR's writing judge and LLM verifier, the pacing judge and RARE's scorer (and its retry) all read the
     judge model; RARE's criterion writer stays on the policy's base."""
     s = setup_mod.build(_tiny_run_config("rlmr", tiny_qwen3[0], **{"judge.model": judge_dir}))
-    assert s.rlmr.verifier.judge is s.judge and s.judge.model is s.judge_model is not s.base
+    assert s.method.rt.verifier.judge is s.judge and s.judge.model is s.judge_model is not s.base
     s = setup_mod.build(_tiny_run_config("rcrl", tiny_qwen3[0], **{"judge.model": judge_dir,
                                                                    "reward.pacing": "monitor"}))
-    assert s.pacing_judge.model is s.judge_model is not s.base and s.pacing_judge.tokenizer is s.judge_tokenizer
+    pacing_judge = s.method.pacing_judge
+    assert pacing_judge.model is s.judge_model is not s.base and pacing_judge.tokenizer is s.judge_tokenizer
     s = setup_mod.build(_tiny_run_config("rare", tiny_qwen3[0], **{"judge.model": judge_dir}))
-    scorer = s.rare.scorer
+    scorer = s.method.rt.scorer
     assert scorer.judge.model is s.judge_model and scorer.judge.tokenizer is s.judge_tokenizer
     assert scorer.retry_judge.model is s.judge_model and scorer.judge.model_id == s.judge.model_id
-    assert s.rare.judge is scorer.judge and s.judge_model is not s.base
+    assert s.method.judge is scorer.judge and s.judge_model is not s.base
 
 
 BAD = [({"judge.model": "/no/such/judge"}, "config.judge.model='/no/such/judge': no such checkpoint path"),

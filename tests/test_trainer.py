@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+from rubric_jax.methods import per_prompt
 from rubric_jax.rl import trainer
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.metrics import read_metrics
@@ -270,7 +271,7 @@ def test_per_prompt_rubrics_judge_each_group_against_its_own(tiny_qwen3, tmp_pat
         seen.append((list(prompts), [x.name for x in rubs], r, res))
         return r, rows
 
-    monkeypatch.setattr(trainer, "judge_rewards_per_prompt", spy)
+    monkeypatch.setattr(per_prompt, "judge_rewards_per_prompt", spy)
     cfg = _tiny_run_config("instance_rubric", tiny_qwen3[0], steps=1, **{"data.path": str(data)})
     hist = trainer.train(cfg, str(tmp_path / "run"))
     prompts, names, r, res = seen[0]

@@ -41,6 +41,12 @@ __all__ = ["pointwise_batch", "two_digit_probs"]
 ONE_DIGIT = 9  # the largest score written as one token
 
 
+def leading_digits(max_points: int) -> range:
+    """The digits d that start a two-digit score of 10..max_points: each is one more lane to read (empty for a
+    one-digit scale)."""
+    return range(1, min(max_points // 10, ONE_DIGIT) + 1)
+
+
 def two_digit_probs(first: np.ndarray, then: dict[int, np.ndarray], allowed) -> tuple[np.ndarray, float]:
     """P(score = s) for s in `allowed` (a scale up to 99) from two next-token readings, and log of the mass.
 
@@ -105,15 +111,14 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
                 # lanes are the suffix's last token alone and followed by each leading digit of 10..max
                 body = suffix_of.body(cr)
                 work.append((key, head, body, suffix_of.add(cr, split=True)))
-                for d in range(1, min(cr.max_points // 10, ONE_DIGIT) + 1):
+                for d in leading_digits(cr.max_points):
                     work.append((key + f"|then{d}", head, body, suffix_of.add(cr, (ids[d],), split=True)))
     got = judge._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
     for gr in groups:
         gr["raw"], gr["then"] = {}, {}
     for gr, a, c, key in where:
         gr["raw"][a, c] = got[key]
-        gr["then"][a, c] = {} if gen else {d: got[key + f"|then{d}"]
-                                           for d in range(1, min(gr["crits"][c].max_points // 10, ONE_DIGIT) + 1)}
+        gr["then"][a, c] = {} if gen else {d: got[key + f"|then{d}"] for d in leading_digits(gr["crits"][c].max_points)}
     results = [_point_result(judge, gr, mode, m_all) for gr in groups]
     judge.stats.seconds += time.perf_counter() - t0
     return results

@@ -377,20 +377,18 @@ def judge_agreement(p: Any, names: Optional[Sequence[str]] = None, *, tie_tol: f
 
 
 def _jsonable(x):
-    """Nested numpy/float structure -> plain JSON types, non-finite floats -> None."""
+    """Nested numpy/float structure -> plain JSON types, non-finite floats -> None (`evals.report.strict_json`,
+    with string keys)."""
+    from evals.report import strict_json  # noqa: PLC0415 (report plots with matplotlib, loaded only there)
+
+    return strict_json(_str_keys(x))
+
+
+def _str_keys(x):
     if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): _str_keys(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
-    if isinstance(x, (np.bool_, bool)):
-        return bool(x)
-    if isinstance(x, (np.integer, int)):
-        return int(x)
-    if isinstance(x, (np.floating, float)):
-        x = float(x)
-        return x if math.isfinite(x) else None
+        return [_str_keys(v) for v in x]
     return x
 
 

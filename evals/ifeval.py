@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from evals.report import write_json
 from rubric_jax.verifiers import INSTRUCTION_IDS, follow_instructions, validate_kwargs
 
 DEFAULT_INPUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ifeval_prompts.jsonl")
@@ -437,8 +438,7 @@ def write_report(models: Mapping[str, dict], out_dir: str, *, title: str, meta: 
     report: dict[str, Any] = {"eval": dict(meta), "models": dict(models)}
     if comps:
         report["comparisons"] = dict(comps)
-    with open(paths["ifeval.json"], "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, ensure_ascii=False)
+    write_json(paths["ifeval.json"], report)
     with open(paths["ifeval.md"], "w", encoding="utf-8") as f:
         f.write(render_markdown(models, title=title, meta=meta, comps=comps))
     return paths

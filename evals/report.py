@@ -224,7 +224,11 @@ def _json_default(o):
 
 
 def strict_json(x):
-    """A JSON-ready copy of `x`: numpy arrays and scalars become lists and numbers, non-finite floats None."""
+    """A JSON-ready copy of `x`: numpy arrays and scalars become lists and numbers, non-finite floats None.
+
+    Every JSON file the evaluations write goes through this (`write_json`): NaN and infinities are null, never
+    the `NaN` that Python's json writes and strict readers refuse. (The trainer's metrics.jsonl keeps its own
+    round-trip encoding, rubric_jax.rl.metrics, so a NaN loss reads back as NaN.)"""
     if isinstance(x, dict):
         return {k: strict_json(v) for k, v in x.items()}
     if isinstance(x, np.ndarray):
@@ -242,7 +246,7 @@ def write_json(path: str, obj, indent: int = 2) -> str:
     """Writes strict_json(obj) to `path` through a temporary file, so a crash mid-write leaves the old file."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(strict_json(obj), f, indent=indent, allow_nan=False, default=_json_default)
+        json.dump(strict_json(obj), f, indent=indent, allow_nan=False, default=_json_default, ensure_ascii=False)
         f.write("\n")
     os.replace(tmp, path)
     return path

@@ -37,6 +37,8 @@ import time
 
 import numpy as np
 
+from evals.report import write_json
+
 SUITES = ("pairwise_elo", "rubric_score", "elements", "health", "fixed_rubric", "gv_gap")
 PAIRWISE = ("pairwise_elo", "rubric_score", "fixed_rubric", "gv_gap")  # they ask --judge_questions
 # Per-suite flags: what a 2-core CPU affords with a 1.5B judge (a few minutes a suite), read digit by digit
@@ -197,9 +199,9 @@ def main(argv=None) -> int:
     table = format_table(rows, title)
     with open(os.path.join(args.out, "vs_shuffled.md"), "w", encoding="utf-8") as f:
         f.write(table)
-    with open(os.path.join(args.out, "vs_shuffled.json"), "w", encoding="utf-8") as f:
-        json.dump({"model": args.model, "judge": args.judge, "judge_questions": args.judge_questions,
-                   "level": LEVEL, "rows": rows}, f, indent=1)
+    write_json(os.path.join(args.out, "vs_shuffled.json"), {"model": args.model, "judge": args.judge,
+                                                             "judge_questions": args.judge_questions,
+                                                             "level": LEVEL, "rows": rows}, indent=1)
     print(table, flush=True)
     if failed:
         return 2

@@ -17,7 +17,8 @@ them). The frozen judge scores them with the engine the trainer uses (`rubric_ja
   pointwise  each completion's expected score on each criterion, divided by its maximum (in [0, 1]).
 
 rewards = sum_c lambda_c x_ic with lambda = `weights` normalised to sum 1 (default equal), i.e.
-`rewards.pairwise_reward` for win rates and `rewards.absolute_reward` for scores (docs/method.md).
+`rewards.pairwise_reward` for win rates and `rewards.absolute_reward` for scores (docs/method.md), through
+`rubric_jax.rl.reward.group_rewards`, the verdicts-to-reward step the trainer uses too.
 """
 
 from __future__ import annotations
@@ -25,11 +26,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
-from rubric_jax import rewards as R
 from rubric_jax.judge import Judge
+from rubric_jax.rl.reward import group_rewards
 from rubric_jax.rubrics.types import Criterion, Rubric, load_rubric
 
 __all__ = ["MODES", "GroupScores", "make_judge", "score_groups"]
@@ -97,18 +97,14 @@ def score_groups(prompts: Sequence[str], groups: Sequence[Sequence[str]], rubric
     crits = _criteria(rubric)
     lam = _weights(weights, len(crits))
     judge = judge or make_judge()
-    if mode == "pairwise":
-        per_c = np.stack([np.asarray(r.win_rates) for r in judge.pairwise_batch(prompts, groups, crits, seed=seed)])
-        rewards = np.stack([np.asarray(R.pairwise_reward(jnp.asarray(w), jnp.asarray(lam))) for w in per_c])
-    elif mode == "listwise":
+    if mode == "listwise":
         from rubric_jax.judge.listwise import listwise_batch
 
-        per_c = np.stack([np.asarray(r.scores) for r in listwise_batch(judge, prompts, groups, crits, seed=seed)])
-        rewards = np.stack([np.asarray(R.pairwise_reward(jnp.asarray(w), jnp.asarray(lam))) for w in per_c])
+        results = listwise_batch(judge, prompts, groups, crits, seed=seed)  # win rates, as pairwise gives
+    elif mode == "pairwise":
+        results = judge.pairwise_batch(prompts, groups, crits, seed=seed)
     else:
         results = judge.pointwise_batch(prompts, groups, crits)
-        m = np.asarray([c.max_points for c in crits], np.float32)
-        per_c = np.stack([np.asarray(R.normalised_scores(jnp.asarray(r.scores), jnp.asarray(m))) for r in results])
-        rewards = np.stack([np.asarray(R.absolute_reward(jnp.asarray(r.scores), jnp.asarray(m), jnp.asarray(lam),
-                                                         jnp.asarray(r.valid))) for r in results])
+    rewards, per_c = group_rewards(results, [lam] * len(results), "absolute" if mode == "pointwise" else "pairwise")
+    rewards, per_c = np.stack(rewards), np.stack(per_c)
     return GroupScores(rewards.astype(np.float32), per_c.astype(np.float32), tuple(c.id for c in crits), lam, mode)

@@ -65,6 +65,7 @@ from flax import nnx
 from starlette.exceptions import HTTPException
 
 from rubric_jax.errors import UserError, check_model_arg, reported
+from rubric_jax.padding import pow2
 
 log = logging.getLogger("rubric_jax.serve")
 
@@ -199,10 +200,6 @@ def parse_request(body: Any, tokenizer, context: int) -> ChatRequest:
 # ---------------------------------------------------------------------------------------------------------------
 # Generation
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 @functools.partial(jax.jit, static_argnames=("graphdef", "start", "k"))
 def _top_logprobs_jit(graphdef, state, tokens_bt, mask_bt, *, start: int, k: int):
     """Log-softmax at the positions that predicted tokens[:, start:]: (top-k values, top-k ids, chosen)."""
@@ -229,11 +226,11 @@ class Engine:
 
         t0 = time.perf_counter()
         r0 = reqs[0]
-        rows = _pow2(len(reqs))
+        rows = pow2(len(reqs))
         prompts = [r.prompt_ids for r in reqs] + [reqs[0].prompt_ids] * (rows - len(reqs))
         keys = [prompt_keys_for(r.seed if r.seed is not None else secrets.randbits(31), 1)[0] for r in reqs]
         keys += [keys[0]] * (rows - len(reqs))
-        max_new = _pow2(max(r.max_tokens for r in reqs))
+        max_new = pow2(max(r.max_tokens for r in reqs))
         out = sample(self.model, prompts, max_new_tokens=max_new, temperature=r0.temperature, top_k=r0.top_k,
                      top_p=r0.top_p, min_p=r0.min_p, eos_ids=self.tok.eos_ids, pad_id=self.tok.pad_id,
                      prompt_keys=jnp.stack(keys), prompt_length=bucket_length(max(map(len, prompts)), MIN_PROMPT_WIDTH))

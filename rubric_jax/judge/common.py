@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax.judge.pairings import PAIRINGS
+from rubric_jax.padding import bucket, pow2, pow2_floor  # noqa: F401 (the engine's names)
 from rubric_jax.judge.prompts import PromptConfig, _parse_pair, _parse_score  # noqa: F401 (the engine's names)
 from rubric_jax.rubrics.types import Criterion, Rubric
 
@@ -138,30 +139,6 @@ class PointwiseResult:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
-
-
-def bucket(n: int, steps: int = 4, minimum: int = 16, multiple: int = 8) -> int:
-    """Smallest value >= n on the ladder 2^k * (1 + s / steps), s < steps, rounded up to `multiple`."""
-    n = max(int(n), 1)
-    if n <= minimum:
-        return minimum
-    base = 1 << (n.bit_length() - 1)  # largest power of two <= n
-    if base < minimum:
-        base = minimum
-    for s in range(steps + 1):
-        cand = base + (base * s) // steps
-        cand = -(-cand // multiple) * multiple
-        if cand >= n:
-            return cand
-    return 2 * base
-
-
-def pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
-def pow2_floor(n: int) -> int:
-    return 1 << (max(1, int(n)).bit_length() - 1)
 
 
 def as_criteria(criteria) -> list[Criterion]:

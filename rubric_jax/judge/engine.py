@@ -19,8 +19,8 @@ Modes: "logit" (soft), "sign" (the sign of the order-averaged preference), "hard
 "generate" (rationale then an answer line, parsed; unreadable answers are invalid). Pointwise scores have no
 orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every
 judgment as one full sequence (benchmark baseline). This module holds the shapes, the device calls, the
-cache and the pairwise call (its readout is `pair_readout`); the other verdict kinds build their sequences in
-their own modules and score them through `Judge._score`: `pointwise` (a response alone on a criterion's scale), `listwise` (a whole
+cache and the one door every verdict kind goes through (`Judge.score`); each kind builds its sequences in
+its own module (`pairwise`, its readout `pair_readout`) and score them through `Judge.score`: `pointwise` (a response alone on a criterion's scale), `listwise` (a whole
 group per presentation order) and `verify` (RLMR's constraint checks).
 
 Randomness never depends on which other prompts share a call, so a batch split over processes judges
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Any, Sequence
 
 import jax
@@ -46,14 +45,12 @@ from flax import nnx
 
 from rubric_jax import progress
 from rubric_jax.judge import forward
-from rubric_jax.judge.cache import JudgmentCache, criterion_digest, digest
+from rubric_jax.judge.cache import JudgmentCache, digest
 from rubric_jax.judge.common import (GROUP_PAIRINGS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
                                      PairwiseResult, PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
                                      check_questions, model_fingerprint, pow2, pow2_floor)
-from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
-from rubric_jax.judge.prompts import WORSE_PROMPT, PromptBuilder, PromptConfig, SuffixTable
-from rubric_jax.judge.packing import checked_group_ids, first_fit, group_rng, sequence_keys
-from rubric_jax.judge.pair_readout import gen_pair_vals, pair_result, pooled_result, swiss_standing
+from rubric_jax.judge.packing import first_fit, sequence_keys
+from rubric_jax.judge.prompts import WORSE_PROMPT, PromptBuilder, PromptConfig
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 log = logging.getLogger(__name__)
@@ -337,7 +334,9 @@ class Judge:
         return texts
 
     # ---- tokenization shared by both kinds ---------------------------------------------------
-    def _prep(self, prompt: str, responses: Sequence[str]):
+    def encode_group(self, prompt: str, responses: Sequence[str]):
+        """(prompt ids, response ids, prompt digest, response digests): the prompt and each response cut to the
+        token budgets (counted in the statistics), and the digests the judgment cache keys on."""
         pc = self.config.prompt
         p_ids, cut = self.prompts.cut(prompt, pc.max_prompt_tokens)
         self.stats.prompt_truncations += int(cut)
@@ -351,17 +350,23 @@ class Judge:
         d_resp = [digest(x) for x in responses]
         return p_ids, r_ids, d_prompt, d_resp
 
-    def _mode(self, mode):
+    def resolve_mode(self, mode: str | None) -> str:
+        """A call's mode: its own, or the config's."""
         mode = mode or self.config.mode
         if mode not in MODES:
             raise ValueError(f"mode: unknown {mode!r}; expected one of {MODES}")
         return mode
 
-    def _score(self, kind: str, mode: str, work: list[tuple], suffix_of, ids: list[int], sharing: str,
-               seed: int = 0):
-        """work: list of (cache key, head, body, suffix table index). Returns {cache key: array}.
+    def score(self, kind: str, mode: str, work: list[tuple], suffix_of, ids: list[int], sharing: str,
+              seed: int = 0) -> dict:
+        """The engine's one door, through which pairwise, pointwise, listwise and verify calls all go.
 
-        Array: [verdict logits..., lse] for logit/hard, [parsed verdict] for generate.
+        work: (cache key, head tokens, body tokens, index into `suffix_of`) per judgment; a sequence is
+        head + body + suffix, read at its last token. `suffix_of`: the call's `prompts.Suffixes` (a
+        `SuffixTable` in generate mode, which parses the answers); `ids`: the label tokens read. `kind` names
+        the sequences' family for the compiled shapes ("pair", "point", "verify", listwise's own). Returns
+        {cache key: array}: [label logits..., lse] (read by `rubric_jax.judge.readout`) for logit, sign and
+        hard, [parsed verdict] for generate; cached verdicts are served without running the model.
         """
         out, todo = {}, []
         for key, head, body, si in work:
@@ -419,13 +424,12 @@ class Judge:
         are non-negative ints, each prompt's global index (e.g. in the step's batch over all processes);
         default range(len(prompts)). Unused by the static pairings.
         """
-        if self.config.questions != "better":
-            return self._pairwise_readings(prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
-                                           sharing=sharing, group_ids=group_ids)
-        return self._pairwise_single(prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
-                                     sharing=sharing, group_ids=group_ids)
+        from rubric_jax.judge.pairwise import pairwise_batch  # noqa: PLC0415 (it imports this module's names)
 
-    def _worse_judge(self) -> "Judge":
+        return pairwise_batch(self, prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
+                              sharing=sharing, group_ids=group_ids)
+
+    def worse_judge(self) -> "Judge":
         """The same model asked for the worse response (prompts.WORSE_PROMPT): its own prompt segments and
         compiled shapes, this judge's cache (its fingerprint keeps the verdicts apart) and statistics."""
         if self._worse is None:
@@ -435,102 +439,6 @@ class Judge:
             self._worse.stats = self.stats
             self._worse._reserved = self._reserved
         return self._worse
-
-    def _pairwise_readings(self, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids):
-        """config.questions "worse" or "both": each reading judges the same pairs in both orders (logit
-        verdicts), and `combine_readings` pools them before the mode's readout."""
-        mode = self._mode(mode)
-        pairing = pairing or self.config.pairing
-        check_questions(self.config.questions, mode, pairing)  # a call may override the config's mode/pairing
-        kw = dict(mode="logit", pairing=pairing, seed=seed, sharing=sharing, group_ids=group_ids)
-        both = self.config.questions == "both"
-        readings = []
-        if both:
-            readings.append((self._pairwise_single(prompts, responses, criteria, **kw), False, 1.0))
-        worse = self._worse_judge()._pairwise_single(prompts, responses, criteria, **kw)
-        readings.append((worse, True, self.config.worse_weight if both else 1.0))
-        return [pooled_result([(r[q], invert, w) for r, invert, w in readings], mode) for q in range(len(prompts))]
-
-    def _pairwise_single(self, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids):
-        """One reading (this judge's prompt), the body of `pairwise_batch`."""
-        t0 = time.perf_counter()
-        mode = self._mode(mode)
-        pairing = pairing or self.config.pairing
-        sharing = sharing or self.config.sharing
-        if pairing == "listwise":
-            # listwise results carry the same win_rates (mean 1/2 per criterion) and a metrics dict, so
-            # every caller of pairwise_batch (the reward phase, score_groups, the TRL adapter) takes them
-            from rubric_jax.judge.listwise import listwise_batch  # noqa: PLC0415 (listwise imports this module's users)
-            return listwise_batch(self, prompts, responses, criteria, seed=seed, mode=mode, sharing=sharing,
-                                  group_ids=group_ids)
-        if pairing not in PAIRINGS:
-            raise ValueError(f"pairing: unknown {pairing!r}; expected one of {GROUP_PAIRINGS}")
-        if len(prompts) != len(responses):
-            raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
-        group_ids = checked_group_ids(group_ids, len(prompts))
-        per_prompt = self._criteria_per_prompt(criteria, len(prompts))
-        gen = mode == "generate"
-        label_ids = self.prompts.label_ids
-        suffix_of = SuffixTable(self.prompts, "pair", gen, labels=self.config.prompt.labels)
-        mode_class = "gen:" + repr((self.config.gen_max_new_tokens, self.config.gen_temperature,
-                                    self.config.gen_top_k)) if gen else "logit"
-        groups = []
-        for q, (prompt, resps, crits) in enumerate(zip(prompts, responses, per_prompt)):
-            p_ids, r_ids, d_p, d_r = self._prep(prompt, resps)
-            g, c = len(resps), len(crits)
-            heads = [self.prompts.head("pair", p_ids, r_ids[a], gen) for a in range(g)]
-            bodies = [self.prompts.body(r_ids[b], gen) for b in range(g)]
-            sidx = [suffix_of.add(cr) for cr in crits]
-            dcs = [criterion_digest(cr) for cr in crits]
-            groups.append(dict(g=g, c=c, heads=heads, bodies=bodies, sidx=sidx, d_p=d_p, d_r=d_r, dcs=dcs,
-                               vals=np.full((g, g, c, 3), np.nan, np.float32), mask=np.zeros((g, g), bool),
-                               rng=group_rng(seed, group_ids[q])))
-
-        def judge_pairs(pairs_per_group):
-            work, where = [], []
-            for gr, pairs in zip(groups, pairs_per_group):
-                for i, j in np.asarray(pairs).reshape(-1, 2):
-                    i, j = int(i), int(j)
-                    gr["mask"][i, j] = gr["mask"][j, i] = True
-                    for a, b in ((i, j), (j, i)):
-                        for c in range(gr["c"]):
-                            key = JudgmentCache.key(self.model_id, self.prompts.fingerprint, "pair", mode_class,
-                                                    gr["d_p"], gr["d_r"][a], gr["d_r"][b], gr["dcs"][c])
-                            work.append((key, gr["heads"][a], gr["bodies"][b], gr["sidx"][c]))
-                            where.append((gr, a, b, c, key))
-            got = self._score("pair", mode, work, suffix_of, label_ids, sharing)
-            for gr, a, b, c, key in where:
-                v = got[key]
-                if gen:
-                    gr["vals"][a, b, c] = gen_pair_vals(v[0])
-                else:
-                    gr["vals"][a, b, c] = v
-
-        if pairing == "swiss":
-            played = [np.zeros((gr["g"], gr["g"]), bool) for gr in groups]
-            for _ in range(max(num_swiss_rounds(gr["g"]) for gr in groups)):
-                round_pairs = []
-                for gr, pl in zip(groups, played):
-                    if gr.get("rounds", 0) >= num_swiss_rounds(gr["g"]):
-                        round_pairs.append(np.zeros((0, 2), np.int32))
-                        continue
-                    standing = swiss_standing(gr, mode)
-                    prs = swiss_round(standing, pl, gr["rng"])
-                    bye = bye_of(prs, gr["g"])
-                    if bye is not None:
-                        pl[bye, bye] = True
-                    for i, j in prs:
-                        pl[i, j] = pl[j, i] = True
-                    gr["rounds"] = gr.get("rounds", 0) + 1
-                    round_pairs.append(prs)
-                judge_pairs(round_pairs)
-        else:
-            judge_pairs([pairs_for(pairing, gr["g"], k=self.config.circular_k) for gr in groups])
-
-        results = [pair_result(gr, mode, self.config.min_verdict_mass) for gr in groups]
-        self.stats.invalid += sum(int((r.mask[:, :, None] & ~r.valid).sum()) for r in results)
-        self.stats.seconds += time.perf_counter() - t0
-        return results
 
     # ---- pointwise ---------------------------------------------------------------------------
     def pointwise(self, prompt: str, responses: Sequence[str], criteria, *, mode: str | None = None,
@@ -546,7 +454,9 @@ class Judge:
 
     # ---- misc --------------------------------------------------------------------------------
     @staticmethod
-    def _criteria_per_prompt(criteria, n: int) -> list[list[Criterion]]:
+    def criteria_per_prompt(criteria, n: int) -> list[list[Criterion]]:
+        """One criteria list per prompt from one rubric for all (a Rubric, a Criterion or a list of them) or a
+        list of n rubrics."""
         if isinstance(criteria, (Rubric, Criterion)):
             return [as_criteria(criteria)] * n
         criteria = list(criteria)

@@ -3,7 +3,7 @@
 Source: OpenPipe ART's RULER ranks all rollouts of a group in one judge call. Here the frozen self-judge
 reads the G responses of a prompt together and names the best one for a criterion; the verdict is its
 next-token distribution over the label tokens " A", " B", ... (one per shown response), read as a
-Plackett-Luce first choice (`rubric_jax.rewards.listwise`). Sequences go through `Judge._score`, the same
+Plackett-Luce first choice (`rubric_jax.rewards.listwise`). Sequences go through `Judge.score`, the same
 compiled prefix-tree forward as the pairwise and pointwise verdicts and the constraint verifier:
 
     sequence(r, c) = head(r) + suffix(c)
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import time
 from typing import Sequence
 
@@ -35,7 +34,8 @@ import numpy as np
 
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest, digest
 from rubric_jax.judge.packing import checked_group_ids
-from rubric_jax.judge.prompts import VerdictTokenError, pairwise_criterion_text, verdict_token_ids
+from rubric_jax.judge.prompts import Suffixes, VerdictTokenError, pairwise_criterion_text, verdict_token_ids
+from rubric_jax.judge.readout import enough_mass, label_probs
 from rubric_jax.rewards import listwise as lw
 
 __all__ = ["LIST_LABELS", "ListwisePrompts", "ListwiseResult", "listwise_batch"]
@@ -126,25 +126,6 @@ class ListwisePrompts:
         return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
 
 
-class _Suffixes:
-    """(criterion, G) -> suffix tokens, deduplicated within one call (`Judge._score` reads `.table`)."""
-
-    def __init__(self, lp: ListwisePrompts):
-        self.lp = lp
-        self.table: list[tuple[int, ...]] = []
-        self._index: dict[tuple, int] = {}
-
-    def add(self, criterion, g: int) -> int:
-        key = (criterion, g)
-        if key not in self._index:
-            self._index[key] = len(self.table)
-            self.table.append(self.lp.suffix(criterion, g))
-        return self._index[key]
-
-    def __getitem__(self, i: int) -> tuple[int, ...]:
-        return self.table[i]
-
-
 @dataclasses.dataclass
 class ListwiseResult:
     """One prompt's group: G responses, C criteria, K presentations."""
@@ -193,10 +174,10 @@ def listwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[s
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
     gids = checked_group_ids(group_ids, len(prompts))
     sharing = sharing or judge.config.sharing
-    per_prompt = judge._criteria_per_prompt(criteria, len(prompts))
+    per_prompt = judge.criteria_per_prompt(criteria, len(prompts))
     lp = ListwisePrompts(judge)
     fp = lp.fingerprint
-    table = _Suffixes(lp)
+    table = Suffixes()  # (criterion, G) -> its suffix
     by_g: dict[int, tuple[list, list]] = {}  # one _score call per group size: the label ids differ
     groups = []
     for q, (prompt, resps, crits) in enumerate(zip(prompts, responses, per_prompt)):
@@ -210,9 +191,9 @@ def listwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[s
         if g == 1:
             continue  # nothing to compare: w = 1/2 without a judge call
         lp.label_ids(g)  # a clear error before any work if the labels are not single tokens
-        p_ids, r_ids, d_p, d_r = judge._prep(prompt, resps)
+        p_ids, r_ids, d_p, d_r = judge.encode_group(prompt, resps)
         dcs = [criterion_digest(cr) for cr in crits]
-        sidx = [table.add(cr, g) for cr in crits]
+        sidx = [table.keyed((cr, g), lambda cr=cr: lp.suffix(cr, g)) for cr in crits]
         work, where = by_g.setdefault(g, ([], []))
         for r, row in enumerate(order):
             head = lp.head(p_ids, [r_ids[i] for i in row])
@@ -231,7 +212,7 @@ def listwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[s
             len(lp.head([0] * pc.max_prompt_tokens, [[0] * pc.max_response_tokens] * g)),
             [len(lp.suffix(cr, g)) for cr in reserved]))
         # all modes read the label logits, so they share cached values
-        got = judge._score(kind, "logit", work, table, lp.label_ids(g), sharing)
+        got = judge.score(kind, "logit", work, table, lp.label_ids(g), sharing)
         for q, r, c, key in where:
             groups[q]["vals"][r, :, c] = got[key][:g]
             groups[q]["lse"][r, c] = got[key][g]
@@ -253,10 +234,8 @@ def _result(gr: dict, mode: str, min_mass: float) -> ListwiseResult:
                               valid=np.ones((k, c_n), bool), metrics={"judgments": 0.0, "invalid_fraction": 0.0,
                                                                       "position_bias": 0.0, "top_agreement": 1.0})
     valid = np.all(np.isfinite(vals), axis=1)
-    if min_mass > 0:
-        mx = np.max(vals, axis=1)
-        mass = np.log(np.sum(np.exp(vals - mx[:, None]), axis=1)) + mx - gr["lse"]
-        valid &= mass >= math.log(min_mass)
+    if min_mass > 0:  # over the positions' letters
+        valid &= enough_mass(label_probs(vals, gr["lse"], axis=1)[1], min_mass)
     v = valid.astype(np.float32)
     lg = np.where(valid[:, None, :], vals, 0.0).astype(np.float32)
     scores, strength = lw.listwise_scores(lg, orders, v, mode)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rubric_jax.judge.common import PairwiseResult
+from rubric_jax.judge.readout import enough_mass, label_probs
 from rubric_jax.rewards import health
 from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
@@ -115,14 +115,9 @@ def pair_result(gr: dict, mode: str, min_mass: float) -> PairwiseResult:
         p_first = vals[..., 0]
         valid = judged & ~np.isnan(p_first)
     else:
-        lg = vals[..., :2].astype(np.float64)
-        mx = np.max(lg, axis=-1, keepdims=True)
-        e = np.exp(lg - mx)
-        p_first = (e[..., 0] / e.sum(-1)).astype(np.float32)
-        mass = np.log(e.sum(-1)) + mx[..., 0] - vals[..., 2]  # log P(verdict tokens) under the full softmax
-        valid = judged & np.isfinite(p_first)
-        if min_mass > 0:
-            valid &= mass >= math.log(min_mass)
+        p, log_mass = label_probs(vals[..., :2], vals[..., 2])
+        p_first = p[..., 0].astype(np.float32)
+        valid = judged & np.isfinite(p_first) & enough_mass(log_mass, min_mass)
     p_first = np.where(judged, p_first, np.nan).astype(np.float32)
     filled = fill_orders(p_first, valid, judged)
     keep = judged | np.eye(g, dtype=bool)[:, :, None]

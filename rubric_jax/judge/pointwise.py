@@ -1,7 +1,7 @@
 """Pointwise verdicts through the judge engine: each response scored alone on each criterion's own scale.
 
 Used by absolute rewards (Absolute RaR / Absolute RcRL, RcRL paper Table 3), RARE's integer rubric scores and
-the evals scorers. Sequences go through `Judge._score`, the same compiled prefix-tree forward as the pairwise
+the evals scorers. Sequences go through `Judge.score`, the same compiled prefix-tree forward as the pairwise
 and listwise verdicts and the constraint verifier:
 
     sequence(a, c) = head(a) + suffix(c)
@@ -33,6 +33,7 @@ import numpy as np
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest
 from rubric_jax.judge.common import PointwiseResult
 from rubric_jax.judge.prompts import SuffixTable, check_digit_by_digit, digit_token_ids
+from rubric_jax.judge.readout import enough_mass, label_probs
 from rubric_jax.rewards import health
 from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 
@@ -81,9 +82,9 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
     deterministic and generate mode keys each judged sequence by its tokens and `seed` (see
     `_run_generate`; another seed is another sample, e.g. to retry an unreadable answer)."""
     t0 = time.perf_counter()
-    mode = judge._mode(mode)
+    mode = judge.resolve_mode(mode)
     sharing = sharing or judge.config.sharing
-    per_prompt = judge._criteria_per_prompt(criteria, len(prompts))
+    per_prompt = judge.criteria_per_prompt(criteria, len(prompts))
     gen = mode == "generate"
     m_all = max(cr.max_points for crits in per_prompt for cr in crits)
     # generate mode parses the written score; logit and hard read scales past 9 digit by digit
@@ -95,7 +96,7 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
                                 judge.config.gen_top_k, seed)) if gen else "logit"
     work, where, groups = [], [], []
     for prompt, resps, crits in zip(prompts, responses, per_prompt):
-        p_ids, r_ids, d_p, d_r = judge._prep(prompt, resps)
+        p_ids, r_ids, d_p, d_r = judge.encode_group(prompt, resps)
         gr = dict(g=len(resps), crits=crits)
         groups.append(gr)
         for a in range(len(resps)):
@@ -113,7 +114,7 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
                 work.append((key, head, body, suffix_of.add(cr, split=True)))
                 for d in leading_digits(cr.max_points):
                     work.append((key + f"|then{d}", head, body, suffix_of.add(cr, (ids[d],), split=True)))
-    got = judge._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
+    got = judge.score("point", mode, work, suffix_of, ids, sharing, seed=seed)
     for gr in groups:
         gr["raw"], gr["then"] = {}, {}
     for gr, a, c, key in where:
@@ -143,16 +144,9 @@ def _point_result(judge, gr, mode, m_all) -> PointwiseResult:
         if crits[c].max_points > ONE_DIGIT:
             pr, mass = two_digit_probs(v, gr["then"][a, c], allowed)
         else:
-            lg = v[allowed].astype(np.float64)
-            mx = lg.max()
-            e = np.exp(lg - mx)
-            pr = e / e.sum()
-            mass = math.log(e.sum()) + mx - float(v[-1])
+            pr, mass = label_probs(v[allowed], float(v[-1]))
         probs[a, c, allowed] = pr
-        ok = bool(np.all(np.isfinite(pr)))
-        if judge.config.min_verdict_mass > 0:
-            ok &= mass >= math.log(judge.config.min_verdict_mass)
-        valid[a, c] = ok
+        valid[a, c] = bool(np.all(np.isfinite(pr))) and bool(enough_mass(mass, judge.config.min_verdict_mass))
         scores[a, c] = float(allowed[np.argmax(pr)]) if mode == "hard" else float(np.dot(pr, allowed))
     scores = np.where(valid, scores, 0.0).astype(np.float32)
     judge.stats.invalid += int((~valid).sum())

@@ -299,33 +299,48 @@ def _parse_score(text: str, max_points: int) -> int:
     return s if 0 <= s <= max_points else -1
 
 
-class SuffixTable:
-    """Criterion suffix token sequences of one call, deduplicated; parses generate-mode answers."""
+class Suffixes:
+    """The suffix token sequences of one judge call, each kept once: `keyed(key, make)` is the index of the
+    sequence `make()` built the first time `key` was seen. The engine's `Judge.score` reads them by index
+    (`table[i]`); pairwise and pointwise (`SuffixTable`), listwise and verify calls all build theirs this way."""
+
+    def __init__(self):
+        self.table: list[tuple[int, ...]] = []
+        self._index: dict = {}
+
+    def keyed(self, key, make) -> int:
+        if key not in self._index:
+            self._index[key] = len(self.table)
+            self.table.append(tuple(make()))
+        return self._index[key]
+
+    def __getitem__(self, i: int) -> tuple[int, ...]:
+        return self.table[i]
+
+
+class SuffixTable(Suffixes):
+    """Criterion suffixes of one pairwise or pointwise call; parses generate-mode answers."""
 
     def __init__(self, prompts: PromptBuilder, kind: str, generate: bool, labels=("1", "2")):
+        super().__init__()
         self.prompts, self.kind, self.generate = prompts, kind, generate
         self.labels = tuple(lab.strip() for lab in labels)
-        self.table: list[tuple[int, ...]] = []
-        self.crits: list[Criterion] = []
-        self._index: dict[Criterion, int] = {}
+        self.crits: list[Criterion] = []  # the criterion of each suffix (parsing a score needs its scale)
 
     def add(self, c: Criterion, then: tuple[int, ...] = (), split: bool = False) -> int:
         """The index of criterion c's suffix, followed by the tokens `then` (the first digit of a two-digit
         score, whose next-token distribution the readout needs). `split`: only the suffix's last token (and
         `then`); the rest, `body(c)`, is then read once as the body its lanes share."""
-        if (c, then, split) not in self._index:
-            self._index[c, then, split] = len(self.table)
-            full = self.prompts.suffix(self.kind, c, self.generate)
-            self.table.append((full[-1:] if split else full) + tuple(then))
+        def make():
             self.crits.append(c)
-        return self._index[c, then, split]
+            full = self.prompts.suffix(self.kind, c, self.generate)
+            return (full[-1:] if split else full) + tuple(then)
+
+        return self.keyed((c, then, split), make)
 
     def body(self, c: Criterion) -> tuple[int, ...]:
         """Criterion c's suffix but its last token (the shared part of its `split` lanes)."""
         return self.prompts.suffix(self.kind, c, self.generate)[:-1]
-
-    def __getitem__(self, i: int) -> tuple[int, ...]:
-        return self.table[i]
 
     def parse(self, i: int, text: str) -> int:
         if self.kind == "pair":

@@ -2,7 +2,7 @@
 
 Source: "RLMR: Reinforcement Learning with Mixed Rewards for Creative Writing" (arXiv 2508.18642) verifies
 constraints no program can check with a prompted LLM answering pass/fail. Here the frozen self-judge answers,
-through the judge engine's compiled prefix-tree forward (`Judge._score`, the same program as its pairwise and
+through the judge engine's compiled prefix-tree forward (`Judge.score`, the same program as its pairwise and
 pointwise verdicts):
 
     sequence(a, k, o) = head(a) + suffix(k, o)
@@ -26,13 +26,14 @@ unreadable and replaced by the other order; both unreadable -> 1/2, counted in `
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Sequence
 
 import numpy as np
 
 from rubric_jax.judge.cache import JudgmentCache, digest
+from rubric_jax.judge.prompts import Suffixes
+from rubric_jax.judge.readout import enough_mass, label_probs
 
 __all__ = ["VerifyResult", "verify_batch"]
 
@@ -49,22 +50,6 @@ class VerifyResult:
     @property
     def passes(self) -> np.ndarray:
         return self.p_pass >= 0.5
-
-
-class _Suffixes:
-    """(constraint text, order) -> suffix tokens, deduplicated within one call (what `Judge._score` reads)."""
-
-    def __init__(self, prompts):
-        self.prompts = prompts
-        self.table: list[tuple[int, ...]] = []
-        self._index: dict[tuple[str, int], int] = {}
-
-    def add(self, text: str, order: int) -> int:
-        key = (text, order)
-        if key not in self._index:
-            self._index[key] = len(self.table)
-            self.table.append(self.prompts.verify_suffix(text, order))
-        return self._index[key]
 
 
 def verify_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]],
@@ -89,22 +74,22 @@ def verify_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str
     sharing = sharing or judge.config.sharing
     pb = judge.prompts
     fp = pb.verify_fingerprint
-    table = _Suffixes(pb)
+    table = Suffixes()  # (constraint text, order) -> its suffix
     work, where, groups = [], [], []
     for q, (prompt, resps, texts) in enumerate(zip(prompts, responses, constraints)):
         texts = [str(t) for t in texts]
         if any(not t.strip() for t in texts):
             raise ValueError(f"prompt {q}: an empty constraint sentence")
-        p_ids, r_ids, d_p, d_r = judge._prep(prompt, resps)
+        p_ids, r_ids, d_p, d_r = judge.encode_group(prompt, resps)
         groups.append(np.full((len(resps), len(texts), 2, 3), np.nan, np.float32))
         for a in range(len(resps)):
             head = pb.head("verify", p_ids, r_ids[a])
             for k, text in enumerate(texts):
                 for o in (0, 1):
                     key = JudgmentCache.key(judge.model_id, fp, "verify", mode, d_p, d_r[a], str(o), digest(text))
-                    work.append((key, head, (), table.add(text, o)))
+                    work.append((key, head, (), table.keyed((text, o), lambda: pb.verify_suffix(text, o))))
                     where.append((q, a, k, o, key))
-    got = judge._score("verify", mode, work, table, pb.label_ids, sharing) if work else {}
+    got = judge.score("verify", mode, work, table, pb.label_ids, sharing) if work else {}
     for q, a, k, o, key in where:
         groups[q][a, k, o] = got[key]
     results = [_result(vals, mode, judge.config.min_verdict_mass) for vals in groups]
@@ -116,13 +101,9 @@ def verify_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str
 def _result(vals: np.ndarray, mode: str, min_mass: float) -> VerifyResult:
     """vals (G, K, 2 orders, [logit first label, logit second label, log-sum-exp over the vocabulary])."""
     g, k = vals.shape[:2]
-    lg = vals[..., :2].astype(np.float64)
-    mx = lg.max(-1, keepdims=True)
-    e = np.exp(lg - mx)
-    p_first = e[..., 0] / e.sum(-1)  # P(first label) per order
-    readable = np.isfinite(p_first)
-    if min_mass > 0:
-        readable &= (np.log(e.sum(-1)) + mx[..., 0] - vals[..., 2]) >= math.log(min_mass)
+    p, log_mass = label_probs(vals[..., :2], vals[..., 2])
+    p_first = p[..., 0]  # P(first label) per order
+    readable = np.isfinite(p_first) & enough_mass(log_mass, min_mass)
     p_keep = np.stack([p_first[..., 0], 1.0 - p_first[..., 1]], -1)  # the pass label is first in order 0 only
     if mode == "hard":
         p_keep = np.where(p_keep > 0.5, 1.0, np.where(p_keep < 0.5, 0.0, 0.5))

@@ -46,6 +46,7 @@ from flax import nnx
 from rubric_jax.models.config import ModelConfig
 from rubric_jax.models.loading import CheckpointError, _safetensors_files, assign_hf_tensors, resolve_checkpoint
 from rubric_jax.models.transformer import Transformer, abstract_model
+from rubric_jax.padding import pow2
 
 log = logging.getLogger(__name__)
 
@@ -263,10 +264,7 @@ def _find(text: str, piece: str, end: int) -> tuple[int, int] | None:
 def length_bucket(n: int, max_len: int, smallest: int = 32) -> int:
     """Padded length for a row of n tokens: the next power of two (at least `smallest`), capped at
     max_len, so a whole run compiles one program per bucket."""
-    b = smallest
-    while b < n:
-        b *= 2
-    return min(b, max_len)
+    return min(smallest * pow2(-(-n // smallest)), max_len)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef",))

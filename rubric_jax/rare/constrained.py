@@ -53,6 +53,7 @@ from flax import nnx
 
 from rubric_jax.models.tokenizer import Tokenizer
 from rubric_jax.models.transformer import KVCache, Prefix, Transformer
+from rubric_jax.padding import pow2_then_multiple
 from rubric_jax.sampling.filters import sample_from_logits
 from rubric_jax.sampling.sampler import left_pad, prefill
 
@@ -179,7 +180,7 @@ def same_words_regex(words: Sequence[str]) -> str:
 
 def _bucket_rows(n: int) -> int:
     """Rows per call: powers of two up to 8, then multiples of 8 (few compiled batch shapes)."""
-    return 1 << (n - 1).bit_length() if n <= 8 else -(-n // 8) * 8
+    return pow2_then_multiple(n, 8, 8)
 
 
 @dataclasses.dataclass

@@ -114,6 +114,34 @@ def step_weights(step: int, num_criteria: int, cfg: RewardConfig, key) -> np.nda
     return np.asarray(w, np.float32)
 
 
+def group_rewards(results, lambdas, judging: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Verdicts to rewards, the one place every caller turns a judge's results into rewards: per group,
+    (r (G,), the per-criterion signal (G, C)) with that group's weights lambda (C,).
+
+      pairwise (pairwise or listwise results)   r_i = sum_c lambda_c w_ic, signal w (win rates; RcRL eq. 1)
+      absolute (pointwise results)               r_i = sum_c lambda_c v_ic s_ic / m_c, signal s / m in [0, 1]
+
+    (v: the score was readable; docs/method.md sections 1-2; rubric_jax.rewards holds the formulas)."""
+    rewards, signal = [], []
+    for res, lam in zip(results, lambdas):
+        if judging == "pairwise":
+            w_gc = np.asarray(res.win_rates)
+            rewards.append(np.asarray(RC.pairwise_reward(w_gc, lam)))
+            signal.append(w_gc)
+        else:
+            rewards.append(np.asarray(RC.absolute_reward(res.scores, res.max_points, lam, res.valid)))
+            signal.append(np.asarray(RC.normalised_scores(res.scores, res.max_points)))
+    return rewards, signal
+
+
+def _judged(judge, prompts, responses, criteria, cfg: RewardConfig, seed: int, group_ids):
+    """The judge's results for every group: pairwise (or listwise) win rates, or pointwise scores."""
+    if cfg.judging == "pairwise":
+        return judge.pairwise_batch(list(prompts), [list(r) for r in responses], criteria, seed=seed,
+                                    group_ids=group_ids)
+    return judge.pointwise_batch(list(prompts), [list(x) for x in responses], criteria)
+
+
 def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria: Sequence[Criterion],
                   weights_c: np.ndarray, cfg: RewardConfig, *, seed: int = 0,
                   group_ids: Sequence[int] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -129,22 +157,11 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
     lam = weights_c[active]
     b, g = len(prompts), len(responses[0])
     per_c = np.zeros((b, g, len(criteria)), np.float32)
-    health = []
-    rows = []
-    if cfg.judging == "pairwise":
-        results = judge.pairwise_batch(list(prompts), [list(r) for r in responses], crit, seed=seed,
-                                       group_ids=group_ids)
-        for bi, res in enumerate(results):
-            w_gc = np.asarray(res.win_rates)
-            rows.append(np.asarray(RC.pairwise_reward(w_gc, lam)))
-            per_c[bi][:, active] = w_gc
-            health.append(dict(res.metrics))
-    else:
-        results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crit)
-        for bi, res in enumerate(results):
-            rows.append(np.asarray(RC.absolute_reward(res.scores, res.max_points, lam, res.valid)))
-            per_c[bi][:, active] = np.asarray(RC.normalised_scores(res.scores, res.max_points))
-            health.append(dict(res.metrics))
+    results = _judged(judge, prompts, responses, crit, cfg, seed, group_ids)
+    rows, signal = group_rewards(results, [lam] * len(results), cfg.judging)
+    for bi, sig in enumerate(signal):
+        per_c[bi][:, active] = sig
+    health = [dict(res.metrics) for res in results]
     return np.stack(rows).astype(np.float32), {"per_c": per_c, "health": health}
 
 
@@ -158,24 +175,12 @@ def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[
     rows = {"signal": (B,) mean |win rate - 1/2| (pairwise) or mean normalised score (absolute) per group,
             "criteria": (B,) C_b, "health": one dict of judge figures per group}."""
     crits = [list(r.criteria) for r in rubrics]
-    rewards, signal, health = [], [], []
-    if cfg.judging == "pairwise":
-        results = judge.pairwise_batch(list(prompts), [list(r) for r in responses], crits, seed=seed,
-                                       group_ids=group_ids)
-        for res, cs in zip(results, crits):
-            w_gc = np.asarray(res.win_rates)
-            rewards.append(np.asarray(RC.pairwise_reward(w_gc, RC.all_active_weights(len(cs)))))
-            signal.append(float(np.abs(w_gc - 0.5).mean()))
-            health.append(dict(res.metrics))
-    else:
-        results = judge.pointwise_batch(list(prompts), [list(x) for x in responses], crits)
-        for res, cs in zip(results, crits):
-            s, m = res.scores, res.max_points
-            rewards.append(np.asarray(RC.absolute_reward(s, m, RC.all_active_weights(len(cs)), res.valid)))
-            signal.append(float(np.asarray(RC.normalised_scores(s, m)).mean()))
-            health.append(dict(res.metrics))
+    results = _judged(judge, prompts, responses, crits, cfg, seed, group_ids)
+    rewards, per_c = group_rewards(results, [RC.all_active_weights(len(cs)) for cs in crits], cfg.judging)
+    # the spread of win rates (pairwise: they average 1/2) or the mean normalised score (absolute)
+    signal = [float(np.abs(x - 0.5).mean()) if cfg.judging == "pairwise" else float(x.mean()) for x in per_c]
     rows = {"signal": np.asarray(signal, np.float32), "criteria": np.asarray([len(c) for c in crits], np.int32),
-            "health": health}
+            "health": [dict(res.metrics) for res in results]}
     return np.stack(rewards).astype(np.float32), rows
 
 

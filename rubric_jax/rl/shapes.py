@@ -40,6 +40,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from rubric_jax.padding import round_up
 from rubric_jax.rl.policy import RolloutBatch
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ def ladder(max_len: int, rungs: int = RUNGS, multiple: int = MULTIPLE) -> tuple[
     widths = {max_len}
     for k in range(1, rungs):
         w = -(-k * max_len // rungs)  # ceil(k * max_len / rungs)
-        w = -(-w // multiple) * multiple
+        w = round_up(w, multiple)
         widths.add(min(w, max_len))
     return tuple(sorted(widths))
 

@@ -29,6 +29,7 @@ from flax import nnx
 
 from rubric_jax.errors import UserError
 from rubric_jax.models.transformer import KVCache, Transformer
+from rubric_jax.padding import pow2_then_multiple
 from rubric_jax.sampling.filters import logprob_and_entropy, sample_from_logits
 
 
@@ -51,10 +52,7 @@ class SampleOutput:
 
 def bucket_length(n: int, minimum: int = 16) -> int:
     """Next power of two up to 512, then multiples of 256: few distinct prompt shapes to compile."""
-    n = max(n, minimum)
-    if n <= 512:
-        return 1 << (n - 1).bit_length()
-    return -(-n // 256) * 256
+    return pow2_then_multiple(max(n, minimum), 512, 256)
 
 
 def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int, length: int | None = None):

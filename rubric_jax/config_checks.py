@@ -1,4 +1,4 @@
-"""The small checks a config value goes through, shared by rubric_jax.rl.validate and each reward method's own
+"""The small checks a config value goes through, shared by rubric_jax.rl.preflight and each reward method's own
 `validate` (rubric_jax.methods): each raises `ConfigError` naming the field (`config.loss.aggregation`), what it
 holds and what is allowed (with the closest allowed name to a misspelled one)."""
 

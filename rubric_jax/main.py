@@ -43,10 +43,10 @@ def run(config, workdir: str, distributed: dict | None = None) -> list[dict]:
 
     The checks come first, on every process: none needs JAX's devices, and a bad setting should not wait for
     jax.distributed to gather the hosts (`distributed`: its initialize arguments; None on one host)."""
-    from rubric_jax.rl import validate
+    from rubric_jax.rl import preflight
 
-    validate.check(config)
-    validate.check_workdir(workdir)
+    preflight.check(config)
+    preflight.check_workdir(workdir)
     import jax
 
     if distributed is not None:

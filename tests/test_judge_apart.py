@@ -19,7 +19,7 @@ from rubric_jax.judge import Judge, JudgeConfig
 from rubric_jax.methods import rubric as rubric_method
 from rubric_jax.models.loading import load_model
 from rubric_jax.models.tokenizer import load_tokenizer
-from rubric_jax.rl import setup as setup_mod, trainer, validate
+from rubric_jax.rl import setup as setup_mod, trainer, preflight
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.reward import judge_rewards, reachable_criteria
 
@@ -187,14 +187,14 @@ def test_validate_rejects_a_judge_it_cannot_load_naming_the_key(over, message, m
     c = load_config("rcrl", "tiny")
     for k, v in over.items():
         c.judge[k.split(".")[1]] = v
-    with pytest.raises(validate.ConfigError, match=message):
-        validate.check(c)
+    with pytest.raises(preflight.ConfigError, match=message):
+        preflight.check(c)
 
     def no_load(*a, **k):
         raise AssertionError("a model was loaded before the config was checked")
 
     monkeypatch.setattr(setup_mod, "load_model", no_load)
-    with pytest.raises(validate.ConfigError):
+    with pytest.raises(preflight.ConfigError):
         setup_mod.build(c)
 
 
@@ -203,4 +203,4 @@ def test_validate_accepts_an_embedded_name_a_directory_and_the_policys_dtype(jud
         c = load_config("rcrl", "tiny")
         for k, v in over.items():
             c.judge[k] = v
-        validate.check(c)
+        preflight.check(c)

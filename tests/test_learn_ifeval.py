@@ -15,7 +15,7 @@ from rubric_jax.data import load_jsonl
 from rubric_jax.data import ifeval_train as T
 from rubric_jax.judge import Judge
 from rubric_jax.methods import rlmr as rlmr_phase
-from rubric_jax.rl import trainer, validate
+from rubric_jax.rl import trainer, preflight
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.metrics import read_metrics
 from rubric_jax.verifiers.constraints import check_program, parse_constraints, resolve_method
@@ -270,7 +270,7 @@ def test_without_a_writing_reward_the_reward_is_the_share_of_kept_instructions_a
 def test_the_config_validates_and_its_reward_is_the_verifier_alone():
     full, tiny = load_config("learn_ifeval"), load_config("learn_ifeval", "tiny")
     for c in (full, tiny):
-        validate.check(c)
+        preflight.check(c)
         assert c.reward.judging == "rlmr" and c.rlmr.writing == "none"
         assert (c.rlmr.mix, c.rlmr.linear_a, c.rlmr.linear_b) == ("linear", 0.0, 1.0)
         assert c.model == "smollm2-135m-instruct" and c.dtype == "float32"

@@ -4,7 +4,7 @@ from it (the embedded 1.5B), both pairwise questions pooled, a KL term that puts
 import numpy as np
 import pytest
 
-from rubric_jax.rl import trainer, validate
+from rubric_jax.rl import trainer, preflight
 from rubric_jax.rl.metrics import read_metrics
 
 from conftest import load_config  # noqa: E402
@@ -14,7 +14,7 @@ from test_trainer import _tiny_run_config  # noqa: E402
 def test_the_config_judges_with_the_15b_apart_from_the_policy_and_fits_a_cpu_budget():
     full, tiny = load_config("rcrl_judge15b"), load_config("rcrl_judge15b", "tiny")
     for c in (full, tiny):
-        validate.check(c)
+        preflight.check(c)
         assert c.reward.judging == "pairwise" and c.reward.curriculum and c.judge.questions == "both"
         assert c.model == "smollm2-135m-instruct" and c.loss.kl_coef > 0
     assert full.judge.model == "qwen2.5-coder-1.5b-instruct" != full.model

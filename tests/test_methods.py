@@ -12,7 +12,7 @@ import pytest
 from rubric_jax import methods
 from rubric_jax.methods.base import METHODS
 from rubric_jax.methods.terms import TERMS
-from rubric_jax.rl import trainer, validate
+from rubric_jax.rl import trainer, preflight
 
 from conftest import ROOT, load_config  # noqa: E402
 
@@ -42,8 +42,8 @@ def test_each_config_finds_its_method_by_name(name, method):
 def test_an_unknown_method_fails_the_config_check_naming_the_registered_ones():
     cfg = load_config("rcrl", "tiny")
     cfg.reward.judging = "pariwise"
-    with pytest.raises(validate.ConfigError, match=r"config\.reward\.judging='pariwise'.*'rare', 'rlmr'.*pairwise"):
-        validate.check(cfg)
+    with pytest.raises(preflight.ConfigError, match=r"config\.reward\.judging='pariwise'.*'rare', 'rlmr'.*pairwise"):
+        preflight.check(cfg)
     with pytest.raises(ValueError, match="no reward method 'nope'"):
         methods.get("nope")
 
@@ -86,7 +86,7 @@ def test_the_worked_example_trains_a_step(tiny_qwen3, tmp_path):
         cfg = _import(str(tmp_path / "word_target_cfg.py"), "word_target_example_cfg").get_config("tiny")
         cfg.model, cfg.steps, cfg.max_completion_len, cfg.tensorboard = tiny_qwen3[0], 1, 8, False
         cfg.prompt_width = "max"  # the suite's other tiny runs' programs (test_trainer._tiny_run_config)
-        validate.check(cfg)
+        preflight.check(cfg)
         (m,) = trainer.train(cfg, str(tmp_path / "run"))
     finally:
         METHODS.pop("word_target", None)

@@ -12,7 +12,7 @@ import pytest
 
 from rubric_jax import PRESETS, init_model, progress
 from rubric_jax.models.lora import LoRAConfig, apply_lora
-from rubric_jax.rl import reward, setup as setup_mod, trainer, validate
+from rubric_jax.rl import reward, setup as setup_mod, trainer, preflight
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.losses import LossConfig, finalize
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
@@ -64,40 +64,40 @@ BAD = [
 @pytest.mark.parametrize("field,value", BAD, ids=[f"{f}={v}" for f, v in BAD])
 def test_a_bad_value_fails_before_the_model_loads_naming_its_field(field, value, monkeypatch, tmp_path):
     c = _set(load_config("rcrl", "tiny"), field, value)
-    with pytest.raises(validate.ConfigError, match=f"config.{field.split('.')[0]}"):
-        validate.check(c)
+    with pytest.raises(preflight.ConfigError, match=f"config.{field.split('.')[0]}"):
+        preflight.check(c)
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded before the config was checked")
 
     monkeypatch.setattr(setup_mod, "load_model", no_load)
-    with pytest.raises(validate.ConfigError):
+    with pytest.raises(preflight.ConfigError):
         trainer.train(c, str(tmp_path))
 
 
 def test_full_finetuning_in_bfloat16_and_a_task_level_without_task_rubrics_are_refused():
     c = _set(_set(load_config("rcrl", "tiny"), "finetune", "full"), "dtype", "bfloat16")
-    with pytest.raises(validate.ConfigError, match="config.dtype=.*float32"):
-        validate.check(c)
+    with pytest.raises(preflight.ConfigError, match="config.dtype=.*float32"):
+        preflight.check(c)
     c = _set(load_config("rare_task", "tiny"), "rubric_source", "record")
-    with pytest.raises(validate.ConfigError, match="config.rubric_source"):
-        validate.check(c)
+    with pytest.raises(preflight.ConfigError, match="config.rubric_source"):
+        preflight.check(c)
     c = _set(load_config("rlmr", "tiny"), "rlmr.gamma", 0.0)
-    with pytest.raises(validate.ConfigError, match="config.rlmr.*gamma"):
-        validate.check(c)
+    with pytest.raises(preflight.ConfigError, match="config.rlmr.*gamma"):
+        preflight.check(c)
     # listwise judging gives win rates within a group: pointwise rewards have none, and labels stop at Z
     for name in ("absolute_rar", "rare", "rlmr"):
-        with pytest.raises(validate.ConfigError, match="config.judge.pairing='listwise'.*reward.judging"):
-            validate.check(_set(load_config(name, "tiny"), "judge.pairing", "listwise"))
-    validate.check(_set(_set(load_config("rlmr", "tiny"), "judge.pairing", "listwise"), "rlmr.writing", "pairwise"))
-    with pytest.raises(validate.ConfigError, match="group_size 27 is over 26"):
-        validate.check(_set(load_config("rcrl_listwise", "tiny"), "group_size", 27))
+        with pytest.raises(preflight.ConfigError, match="config.judge.pairing='listwise'.*reward.judging"):
+            preflight.check(_set(load_config(name, "tiny"), "judge.pairing", "listwise"))
+    preflight.check(_set(_set(load_config("rlmr", "tiny"), "judge.pairing", "listwise"), "rlmr.writing", "pairwise"))
+    with pytest.raises(preflight.ConfigError, match="group_size 27 is over 26"):
+        preflight.check(_set(load_config("rcrl_listwise", "tiny"), "group_size", 27))
 
 
 @pytest.mark.parametrize("name", sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))))
 def test_every_shipped_config_passes_the_check(name):
-    validate.check(load_config(name))
-    validate.check(load_config(name, "tiny"))
+    preflight.check(load_config(name))
+    preflight.check(load_config(name, "tiny"))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ Work flow of one call (several prompts can be judged together with *_batch):
   4. pad to bucketed shapes (lengths on a geometric ladder with 4 steps per octave, counts likewise)
      and run `forward.tree_score_jit` in calls of about `tokens_per_call` tokens;
   5. verdict = softmax over the verdict tokens only; both orders averaged (`rewards.symmetrize`)
-     or made discrete (`rewards.sign_verdicts`, `rewards.hard_verdicts`); health metrics from `rewards.health`.
+     or made discrete (`rewards.sign_verdicts`, `rewards.hard_verdicts`); health metrics from `rewards.judge_health`.
 Modes: "logit" (soft), "sign" (the sign of the order-averaged preference), "hard" (argmax per order),
 "generate" (rationale then an answer line, parsed; unreadable answers are invalid). Pointwise scores have no
 orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every

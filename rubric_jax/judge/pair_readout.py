@@ -24,7 +24,7 @@ import numpy as np
 
 from rubric_jax.judge.common import PairwiseResult
 from rubric_jax.judge.readout import enough_mass, label_probs
-from rubric_jax.rewards import health
+from rubric_jax.rewards import judge_health as health
 from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 from rubric_jax.rewards.pairwise import hard_verdicts, sign_verdicts, symmetrize, win_rates
 

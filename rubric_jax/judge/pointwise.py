@@ -34,7 +34,7 @@ from rubric_jax.judge.cache import JudgmentCache, criterion_digest
 from rubric_jax.judge.common import PointwiseResult
 from rubric_jax.judge.prompts import SuffixTable, check_digit_by_digit, digit_token_ids
 from rubric_jax.judge.readout import enough_mass, label_probs
-from rubric_jax.rewards import health
+from rubric_jax.rewards import judge_health as health
 from rubric_jax.rewards.compiled import criteria_width, pad_criteria
 
 __all__ = ["pointwise_batch", "two_digit_probs"]

@@ -130,7 +130,7 @@ class Method:
     # ---- before any model loads ----------------------------------------------------------------
     @staticmethod
     def validate(config) -> None:
-        """Checks of this method's own config section (rubric_jax.rl.validate.check calls it first thing)."""
+        """Checks of this method's own config section (rubric_jax.rl.preflight.check calls it first thing)."""
 
     def needs_judge(self) -> bool:
         """Whether the method reads the config's rubric with the run's judge (then config.rubric must be set)."""

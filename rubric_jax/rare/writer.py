@@ -49,7 +49,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from rubric_jax.rare.validate import (FORMAT_WORDS, MIN_CHECK_WORDS, MIN_LEVEL_WORDS, UPDATE_FIELDS,
+from rubric_jax.rare.update_checks import (FORMAT_WORDS, MIN_CHECK_WORDS, MIN_LEVEL_WORDS, UPDATE_FIELDS,
                                       ReplacementError, normalise_text, template_phrases, validate_replacements)
 from rubric_jax.rare.writer_types import (DIRECTIONS, MODES, WHOLE_RUBRIC_MODES, WriteOutcome,  # noqa: F401
                                           WriteRequest, WriterConfig)

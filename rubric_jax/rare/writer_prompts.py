@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from rubric_jax.rare.validate import MIN_CHECK_WORDS, MIN_LEVEL_WORDS, PLACEHOLDERS
+from rubric_jax.rare.update_checks import MIN_CHECK_WORDS, MIN_LEVEL_WORDS, PLACEHOLDERS
 from rubric_jax.rare.writer_types import WriteRequest, WriterConfig
 from rubric_jax.rubrics.types import Criterion
 

@@ -40,7 +40,7 @@ from rubric_jax.rewards.pacing import (
     weights_for_active,
     weights_from_state,
 )
-from rubric_jax.rewards.health import (
+from rubric_jax.rewards.judge_health import (
     invalid_fraction,
     order_agreement,
     position_bias,

@@ -51,7 +51,7 @@ class RewardConfig:
     pacing: str = "fixed"
 
     def __post_init__(self):
-        # which names exist is the method registry's to say (rubric_jax.methods.judging_choices; validate.check)
+        # which names exist is the method registry's to say (rubric_jax.methods.judging_choices; preflight.check)
         if not isinstance(self.judging, str) or not self.judging:
             raise ValueError(f"reward.judging must name a reward method, got {self.judging!r}")
         if self.judging in ("rare", "rlmr") and (self.curriculum or self.dropout_q):

@@ -4,7 +4,7 @@
 optimizer, the judge (on the policy's frozen base, or on `config.judge.model` loaded beside it: `load_judge`),
 the data iterator, the run's shape plan, the reward method (rubric_jax.methods: made and given the records before
 the model loads, built once it has) and the reward terms. Everything that can be rejected from the config alone
-is checked before the model loads (`rubric_jax.rl.validate`, which asks the method to check its own section).
+is checked before the model loads (`rubric_jax.rl.preflight`, which asks the method to check its own section).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax import methods
 from rubric_jax.methods.terms import make_terms
-from rubric_jax.rl import dynamic, validate
+from rubric_jax.rl import dynamic, preflight
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
@@ -95,24 +95,17 @@ def parse_mesh(spec: str):
         spec = f"data:{jax.device_count()}"
     if not spec:
         return None
-    try:
-        axes = [(k.strip(), int(v)) for k, v in (part.split(":") for part in spec.split(","))]
-    except ValueError as e:
-        raise ValueError(f"config.mesh must look like 'data:2,tensor:4', got {spec!r}") from e
-    unknown = {k for k, _ in axes} - {"data", "fsdp", "tensor"}
-    if unknown:
-        raise ValueError(f"config.mesh: unknown axes {sorted(unknown)} (data, fsdp, tensor)")
-    return make_mesh(axes)
+    return make_mesh(preflight.mesh_axes(spec))
 
 
 def build(config) -> Setup:
-    validate.check(config)  # every value, before a model file is opened
+    preflight.check(config)  # every value, before a model file is opened
     name = _model_name(config)
     dtype = jnp.dtype(config.dtype)
     mesh = parse_mesh(config.mesh)
     hosts = Hosts(mesh)
     if config.loss.micro_batch_size % hosts.count:
-        raise validate.ConfigError(f"config.loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple "
+        raise preflight.ConfigError(f"config.loss.micro_batch_size={config.loss.micro_batch_size} must be a multiple "
                                    f"of the {hosts.count} processes (each gives an equal share of every micro-batch)")
     # The prompt file and every rubric are read before a model file is opened: a bad line or a misspelled name
     # is reported in the first seconds, not after a load that takes minutes for a 4B checkpoint.
@@ -121,15 +114,15 @@ def build(config) -> Setup:
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
     method = methods.make(config, reward_cfg, criteria, default_rubric)
     if method.needs_judge() and config.rubric_source == "config" and not criteria:
-        raise validate.ConfigError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a "
+        raise preflight.ConfigError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a "
                                    f"rubric")
     records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
     if config.data.with_constraints:
         records = [r for r in records if r.constraints]
         if not records:
-            raise validate.ConfigError(f"config.data.with_constraints: no record of {config.data.path!r} has "
+            raise preflight.ConfigError(f"config.data.with_constraints: no record of {config.data.path!r} has "
                                        f"constraints")
-    validate.check_records(config, records, config.data.path)
+    preflight.check_records(config, records, config.data.path)
     # the method may hold records out of training (held-out pacing) and reads each prompt's own rubric
     records = method.prepare(records)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
@@ -229,7 +222,7 @@ def select_tasks(records, tasks: str, source: str):
     missing = sorted(set(wanted) - {r.task for r in kept})
     if missing:
         have = sorted({r.task for r in records if r.task})
-        raise validate.ConfigError(f"config.data.task: no record of {source!r} has task {missing} (tasks there: "
+        raise preflight.ConfigError(f"config.data.task: no record of {source!r} has task {missing} (tasks there: "
                                    f"{have})")
     return kept
 

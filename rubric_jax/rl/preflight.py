@@ -19,16 +19,16 @@ from __future__ import annotations
 import os
 import tempfile
 
-from rubric_jax.config_checks import ConfigError  # noqa: F401 (rubric_jax.rl.validate.ConfigError: its old home)
+from rubric_jax.config_checks import ConfigError  # noqa: F401 (preflight.ConfigError, as callers name it)
 from rubric_jax.config_checks import choice as _choice, fail as _fail
 from rubric_jax.config_checks import integer as _int, number as _num, section as _section
 from rubric_jax.errors import did_you_mean
 from rubric_jax.rewards.group import ADVANTAGE_KINDS
 from rubric_jax.rl.losses import AGGREGATIONS
+from rubric_jax.rl.policy import FINETUNE_MODES
 from rubric_jax.rl.shapes import PROMPT_WIDTHS
 
 DTYPES = ("float32", "bfloat16", "float16")
-FINETUNES = ("lora", "full")
 RUBRIC_SOURCES = ("config", "record", "task")
 SCHEDULES = ("cosine", "constant")
 KL_KINDS = ("k1", "k3")
@@ -42,7 +42,7 @@ def check(config) -> None:
         _int(config, field, 0 if field == "seed" else 1)
     _int(config, "group_size", 2, " (a group needs two rollouts to compare; advantages of a group of 1 are 0)")
     _choice(config, "dtype", DTYPES)
-    _choice(config, "finetune", FINETUNES)
+    _choice(config, "finetune", FINETUNE_MODES)
     _choice(config, "rubric_source", RUBRIC_SOURCES)
     _choice(config, "prompt_width", PROMPT_WIDTHS)
     if config.finetune == "full" and config.dtype != "float32":
@@ -81,7 +81,7 @@ def check(config) -> None:
     _rubric_name("rubric", config.rubric)
     _int(config, "checkpoint.every", 1)
     _int(config, "checkpoint.keep", 1)
-    _mesh(config.mesh)
+    mesh_axes(config.mesh)
     _sections(config)
     if config.data.path and not os.path.exists(config.data.path):
         from rubric_jax.data.jsonl import BUNDLED  # noqa: PLC0415
@@ -178,9 +178,11 @@ def check_workdir(workdir: str) -> None:
                               f"directory this user can write") from None
 
 
-def _mesh(spec: str) -> None:
+def mesh_axes(spec: str) -> list[tuple[str, int]]:
+    """config.mesh "fsdp:2,tensor:4" -> [("fsdp", 2), ("tensor", 4)] ("" -> []); the one parser of the setting
+    (`check` runs it before anything loads, rubric_jax.rl.setup.parse_mesh builds the mesh from it)."""
     if not spec:
-        return
+        return []
     try:
         axes = [(k.strip(), int(v)) for k, v in (part.split(":") for part in spec.split(","))]
     except ValueError:
@@ -188,6 +190,7 @@ def _mesh(spec: str) -> None:
     unknown = sorted({k for k, _ in axes} - {"data", "fsdp", "tensor"})
     if unknown or any(n < 1 for _, n in axes):
         _fail("mesh", spec, "axes are data, fsdp and tensor, each of size >= 1")
+    return axes
 
 
 def _sections(config) -> None:

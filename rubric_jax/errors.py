@@ -24,12 +24,13 @@ class UserError(ValueError):
     """An input the user can fix; the message alone says what and where (no traceback needed)."""
 
 
-# Older error classes that mean the same: a rubric or checkpoint file the user named is broken. Matched
+# Older error classes that mean the same: a rubric, checkpoint file or prompt constraint the user gave is broken. Matched
 # through sys.modules, so reporting never imports their modules (rubric_jax.models.loading pulls in JAX), and
 # an exception of a module that was never imported cannot be one of them anyway.
 _ALSO_USER_ERRORS = (
     ("rubric_jax.rubrics.types", "RubricError"),
     ("rubric_jax.models.loading", "CheckpointFileError"),
+    ("rubric_jax.verifiers.ifeval", "ConstraintError"),
 )
 
 

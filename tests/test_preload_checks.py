@@ -22,10 +22,14 @@ from conftest import load_config  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _train_case(tmp_path, *, data=None, rubric=None, workdir=None):
-    """What `python -m rubric_jax.main` runs once its flags are parsed, on the tiny rcrl config."""
-    c = load_config("rcrl", "tiny")
+def _train_case(tmp_path, *, data=None, rubric=None, workdir=None, config="rcrl", **over):
+    """What `python -m rubric_jax.main` runs once its flags are parsed, on a tiny config (rcrl's by default;
+    `over`: "section__key" overrides)."""
+    c = load_config(config, "tiny")
     with c.unlocked():
+        for key, value in over.items():
+            section, field = key.split("__")
+            c[section][field] = value
         if data is not None:
             path = tmp_path / "prompts.jsonl"
             path.write_bytes(data)
@@ -83,6 +87,12 @@ CASES = {
     "unwritable_workdir": lambda t: (_train_case(t, workdir=_read_only_dir(t)),
                                      ["--workdir=", "cannot write to", "read_only"]),
     "workdir_under_a_file": lambda t: (_train_case(t, workdir=_file(t) / "run"), ["--workdir=", "cannot write to"]),
+    # the reward method's own inputs, read before the model loads (rubric_jax.methods: validate, prepare)
+    "rlmr_unknown_constraint": lambda t: (_train_case(t, config="rlmr", data=b'{"id": "q1", "prompt": "a", '
+                                                      b'"constraints": [{"type": "no_such_kind"}]}\n'),
+                                          ["record 'q1'", "unknown constraint type 'no_such_kind'"]),
+    "rare_writer_spec": lambda t: (_train_case(t, config="rare", rare__writer="gpt-4o"),
+                                   ["config.rare.writer='gpt-4o'", "'local' or 'openai:MODEL@BASE_URL'"]),
     "negative_max_new_tokens": lambda t: (lambda: sampling_cli.main(["--prompt", "hi", "--max_new_tokens", "-3"]),
                                           ["--max_new_tokens=-3", ">= 1"]),
 }

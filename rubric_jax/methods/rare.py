@@ -61,19 +61,23 @@ class RareRuntime:
         return getattr(self.scorer, "judge", None)
 
 
-def build(config, model, tokenizer, judge_model_id: str, default_rubric, records, *, judge=None) -> RareRuntime:
-    """The store, the scorer (our judge engine on `judge`, a (model, tokenizer) pair, default the frozen base
-    `model` with `tokenizer`) and the criterion writer (the frozen base: config.judge.model moves the judging
-    only; rare.writer=openai:... moves the writing)."""
-    rc = config.rare
-    if rc.level not in LEVELS:
-        raise ValueError(f"rare.level must be one of {LEVELS}, got {rc.level!r}")
-    if rc.level in TASK_LEVELS and config.rubric_source != "task":
-        raise ValueError(f"rare.level={rc.level!r} revises each task's shared rubric: it needs "
-                         f"rubric_source='task', got {config.rubric_source!r}")
+def initial_store(config, default_rubric, records) -> RubricStore:
+    """The rubric store with every record's first rubric read (no model needed): a bad rubric fails before any
+    model loads."""
     store = RubricStore(default_rubric, config.rubric_source)
-    for r in records:  # every record's first rubric loads now: a bad rubric fails before training starts
+    for r in records:
         store.initial(r)
+    return store
+
+
+def build(config, model, tokenizer, judge_model_id: str, default_rubric, records, *, judge=None,
+          store: RubricStore | None = None) -> RareRuntime:
+    """The store (`initial_store`, made here unless given), the scorer (our judge engine on `judge`, a (model,
+    tokenizer) pair, default the frozen base `model` with `tokenizer`) and the criterion writer (the frozen base:
+    config.judge.model moves the judging only; rare.writer=openai:... moves the writing). The settings were
+    checked before (`RareMethod.validate`)."""
+    rc = config.rare
+    store = store if store is not None else initial_store(config, default_rubric, records)
     scorer = make_scorer(config, *(judge or (model, tokenizer)), judge_model_id)
     write = None
     if rc.level != "static":
@@ -324,11 +328,19 @@ class RareMethod(Method):
         if config.rare.level in TASK_LEVELS and config.rubric_source != "task":
             fail("rubric_source", config.rubric_source, f"rare.level={config.rare.level!r} revises each task's "
                                                         f"shared rubric: it needs rubric_source='task'")
+        for field in ("judge", "writer"):  # where the scores and the criteria come from
+            spec = config.rare[field]
+            if spec != "local" and not (isinstance(spec, str) and spec.startswith("openai:")):
+                fail(f"rare.{field}", spec, "must be 'local' or 'openai:MODEL@BASE_URL'")
+
+    def prepare(self, records: list) -> list:
+        self.store = initial_store(self.config, self.default_rubric, records)
+        return records
 
     def build(self, ctx: BuildContext) -> None:
         super().build(ctx)
         self.rt = build(self.config, ctx.base_local, ctx.tokenizer, ctx.judge.model_id, self.default_rubric,
-                        ctx.records, judge=(ctx.judge_model, ctx.judge_tokenizer))
+                        ctx.records, judge=(ctx.judge_model, ctx.judge_tokenizer), store=self.store)
 
     @property
     def judge(self):

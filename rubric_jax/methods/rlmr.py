@@ -77,10 +77,10 @@ class RlmrRuntime:
     reward_model: Any = None  # (RewardModel, tokenizer) for writing="reward_model"
 
 
-def build(config, judge, records) -> RlmrRuntime:
-    """Parses every record's constraints now, so a bad one stops the run before training, naming the record."""
-    cfg = RlmrConfig(**config.rlmr.to_dict())
-    verifier = ConstraintVerifier(judge, cfg.verifier)
+def record_constraints(cfg: RlmrConfig, records) -> dict[str, tuple[Constraint, ...]]:
+    """Every record's constraints by record id, parsed and matched to a verification method (no model needed):
+    a bad one stops the run before any model loads, naming the record."""
+    verifier = ConstraintVerifier(None, cfg.verifier)
     constraints = {}
     for r in records:
         cs = parse_constraints(r.constraints, where=f"record {r.id!r}")
@@ -91,6 +91,16 @@ def build(config, judge, records) -> RlmrRuntime:
         raise ValueError("reward.judging='rlmr' but no training record has constraints (the bundled "
                          "creative_writing set has them on about half its prompts)")
     log.info("rlmr: %d of %d records carry constraints", with_c, len(records))
+    return constraints
+
+
+def build(config, judge, records, constraints=None) -> RlmrRuntime:
+    """The runtime: the verifier on `judge`, the records' constraints (`record_constraints`, parsed here unless
+    given) and the reward model for rlmr.writing="reward_model"."""
+    cfg = RlmrConfig(**config.rlmr.to_dict())
+    verifier = ConstraintVerifier(judge, cfg.verifier)
+    if constraints is None:
+        constraints = record_constraints(cfg, records)
     rm = None
     if cfg.writing == "reward_model":
         from rubric_jax.models.reward_model import load_reward_model
@@ -197,13 +207,14 @@ class RlmrMethod(Method):
         self.store = None
         if self.config.rubric_source != "config":
             self.store = load_store(self.default_rubric, self.config.rubric_source, records)
+        self.constraints = record_constraints(RlmrConfig(**self.config.rlmr.to_dict()), records)
         return records
 
     def build(self, ctx: BuildContext) -> None:
         super().build(ctx)
         if self.needs_judge() and self.store is None:
             ctx.judge.reserve(reachable_criteria(self.criteria, self.reward_cfg, self.config.steps))
-        self.rt = build(self.config, ctx.judge, ctx.records)
+        self.rt = build(self.config, ctx.judge, ctx.records, self.constraints)
         # the writing judge's settings; flips are RLMR's
         self.writing_cfg = dataclasses.replace(
             self.reward_cfg, judging="pairwise" if self.rt.cfg.writing == "pairwise" else "absolute", verifier_flip=0.0)

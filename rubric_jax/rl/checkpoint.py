@@ -2,12 +2,13 @@
 
 Layout under `<workdir>/checkpoints/<step>/`:
   state/   an arbitrary pytree of arrays and scalars (orbax StandardSave). The trainer stores
-           {"lora": nnx.to_pure_dict(lora_state), "opt_state": optax state, "rng": jax.random.key_data(key),
-            "step": int}. Typed PRNG keys (dtype key<...>) are accepted anywhere in the tree: they are stored as
+           {"lora": the LoRA parameters as a pure dict (or "params": every weight, finetune="full"), "opt_state":
+           the optax state}: no key, since every key derives from (config.seed, step). Typed PRNG keys (dtype key<...>) are accepted anywhere in the tree: they are stored as
            their uint32 key data and re-wrapped on restore when the target leaf is a typed key (concrete or
            `jax.eval_shape`'d); without a target they come back as raw key data (wrap with
            `jax.random.wrap_key_data`). Callers that want to be explicit store `jax.random.key_data(key)` themselves.
-  meta/    a JSON dict (JsonSave): data-iterator state, curriculum state, config snapshot, rubric versions.
+  meta/    a JSON dict (JsonSave): the step, the data-iterator state and each feature's own keys (the trainer's
+           `_meta`: the reward method's state, the judge's identity, the run's shape settings).
            numpy scalars/arrays are converted to Python numbers/lists; anything else non-JSON raises TypeError
            naming the key, at save time (not later in a background thread).
 

@@ -12,7 +12,7 @@ import pytest
 from rubric_jax import methods
 from rubric_jax.methods.base import METHODS
 from rubric_jax.methods.terms import TERMS
-from rubric_jax.rl import trainer, preflight
+from rubric_jax.rl import preflight, trainer
 
 from conftest import ROOT, load_config  # noqa: E402
 
@@ -54,13 +54,13 @@ def test_two_methods_cannot_share_a_name():
     assert METHODS["rare"].__name__ == "RareMethod"
 
 
-def _doc_blocks():
-    """The two python blocks of docs/architecture.md's worked example: (module, config file)."""
+def _doc_blocks(heading="### Adding a method: a worked example", name='@register("word_target")'):
+    """The first two python blocks after `heading` in docs/architecture.md: (module, config file)."""
     with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
         text = f.read()
-    section = text.split("### Adding a method: a worked example", 1)[1]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert len(blocks) == 2 and "@register(\"word_target\")" in blocks[0] and "get_config" in blocks[1]
+    section = text.split(heading, 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)[:2]
+    assert len(blocks) == 2 and name in blocks[0] and "get_config" in blocks[1]
     return blocks
 
 
@@ -97,3 +97,33 @@ def test_the_worked_example_trains_a_step(tiny_qwen3, tmp_path):
     np.testing.assert_allclose(m["reward/mean"], words / 40, rtol=1e-5)
     assert m["reward/judge_mean"] == m["reward/mean"] and "active_criteria" not in m
     assert m["time/judge_padded_tokens"] == 0.0  # nothing was judged
+
+
+@pytest.mark.slow
+def test_the_worked_reward_term_adds_its_standardised_bonus(tiny_qwen3, tmp_path):
+    """The documented reward term (a function) and its config file, as written: one RcRL step on the tiny random
+    Qwen3 logs bonus/brevity, the mean of minus the completions' lengths, and the standardised bonus adds nothing
+    to the mean reward (it is zero-mean in each group). (About 10 s, the suite's shared tiny programs.)"""
+    from rubric_jax.methods.terms import TERMS
+
+    module, config_file = _doc_blocks("### Adding a reward term: a worked example", '@term("brevity")')
+    (tmp_path / "brevity.py").write_text(module)
+    (tmp_path / "brevity_cfg.py").write_text(config_file)
+    try:
+        _import(str(tmp_path / "brevity.py"), "brevity_example")
+        cfg = _import(str(tmp_path / "brevity_cfg.py"), "brevity_example_cfg").get_config("tiny")
+        cfg.model, cfg.steps, cfg.max_completion_len, cfg.tensorboard = tiny_qwen3[0], 1, 8, False
+        cfg.prompt_width = "max"
+        preflight.check(cfg)
+        (m,) = trainer.train(cfg, str(tmp_path / "run"))
+        with pytest.raises(preflight.ConfigError, match=r"config\.reward: unknown setting\(s\) \['brevty_coef'\]"):
+            bad = _import(str(tmp_path / "brevity_cfg.py"), "brevity_example_cfg2").get_config("tiny")
+            with bad.unlocked():
+                bad.reward.brevty_coef = 0.1  # a term that is not registered
+            preflight.check(bad)
+    finally:
+        TERMS.pop("brevity", None)
+        for name in ("brevity_example", "brevity_example_cfg", "brevity_example_cfg2"):
+            sys.modules.pop(name, None)
+    np.testing.assert_allclose(m["bonus/brevity"], -m["completion_len/mean"], rtol=1e-6)
+    np.testing.assert_allclose(m["reward/mean"], m["reward/judge_mean"], atol=1e-6)

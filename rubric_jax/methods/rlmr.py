@@ -221,7 +221,8 @@ class RlmrMethod(Method):
         self.weights = None
 
     def begin_step(self, step: int, key, timer) -> dict[str, float]:
-        self.weights = step_weights(step, len(self.criteria), self.reward_cfg, jax.random.fold_in(key, 1))
+        if self.store is None:  # the config's rubric, all criteria active (RLMR has no curriculum)
+            self.weights = step_weights(step, len(self.criteria), self.reward_cfg, jax.random.fold_in(key, 1))
         return {}
 
     def writing_reward(self, batch: RewardBatch, prompts, responses):

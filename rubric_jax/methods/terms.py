@@ -4,9 +4,10 @@ Domains"; docs/method.md):
 
   r_i  <-  r_i + coef * (b_i - mean_group(b)) / std_group(b)        for each term with coef != 0
 
-A term is a class registered with `@term("name")`; its coefficient is `reward.<name>_coef`. It computes one raw
-bonus per rollout, (B, G), from the step's sampled batch; the trainer standardises, adds and logs it
-(bonus/<name>, the raw mean). The bonuses' math (leverage scores, NLL differences) lives in rubric_jax.rewards and
+A term is registered with `@term("name")`: a function `(ctx, batch) -> (B, G)` raw bonus per rollout (ctx: the
+run's `BuildContext`, batch: a `TermBatch`), or a `Term` subclass when it keeps state for the checkpoint. Its
+coefficient is `reward.<name>_coef`, a field its config file adds. The trainer standardises the bonus within each
+group, adds it and logs bonus/<name> (the raw mean); docs/architecture.md section 7 has a worked example. The bonuses' math (leverage scores, NLL differences) lives in rubric_jax.rewards and
 rubric_jax.rl.reward; this module only connects them to the step.
 """
 
@@ -25,12 +26,20 @@ TERMS: dict[str, type["Term"]] = {}
 
 
 def term(name: str):
-    """Class decorator: the term answers to `name`, weighted by reward.<name>_coef."""
+    """Registers a reward term under `name`, weighted by reward.<name>_coef: a `Term` subclass, or a function
+    (ctx, batch) -> (B, G) bonus (returned unchanged)."""
 
-    def deco(cls):
+    def deco(obj):
+        if name in TERMS:
+            raise ValueError(f"two reward terms are registered as {name!r}")
+        if isinstance(obj, type) and issubclass(obj, Term):
+            cls = obj
+        else:
+            cls = type(f"{name}_term", (Term,), {"bonus": lambda self, batch: obj(self.ctx, batch),
+                                                  "__doc__": obj.__doc__})
         cls.name = name
         TERMS[name] = cls
-        return cls
+        return obj
 
     return deco
 
@@ -54,7 +63,7 @@ class Term:
 
     @property
     def coef(self) -> float:
-        return float(getattr(self.reward_cfg, f"{self.name}_coef"))
+        return float(self.config.reward[f"{self.name}_coef"])
 
     def bonus(self, batch: TermBatch) -> np.ndarray:
         raise NotImplementedError
@@ -69,8 +78,7 @@ class Term:
 
 def make_terms(config, reward_cfg, ctx: BuildContext) -> list[Term]:
     """The terms with a non-zero coefficient, in registration order."""
-    return [cls(config, reward_cfg, ctx) for name, cls in TERMS.items()
-            if getattr(reward_cfg, f"{name}_coef", 0.0)]
+    return [cls(config, reward_cfg, ctx) for name, cls in TERMS.items() if config.reward.get(f"{name}_coef", 0.0)]
 
 
 @term("exploration")

@@ -197,12 +197,14 @@ def _sections(config) -> None:
     # Imported here: these modules pull in JAX programs that `check` itself does not need.
     from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
     from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
-    from rubric_jax.rl.reward import RewardConfig  # noqa: PLC0415
+    from rubric_jax.rl.reward import reward_config  # noqa: PLC0415
 
     from rubric_jax import methods  # noqa: PLC0415
 
     _choice(config, "reward.judging", methods.judging_choices())
-    _section(config, "reward", lambda: RewardConfig(**config.reward.to_dict()))
+    from rubric_jax.methods.terms import TERMS  # noqa: PLC0415
+
+    _section(config, "reward", lambda: reward_config(config, TERMS))
     from rubric_jax.rl.reward import judge_config  # noqa: PLC0415
 
     _section(config, "judge", lambda: judge_config(config))

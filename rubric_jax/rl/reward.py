@@ -78,6 +78,19 @@ class RewardConfig:
                              "and reward.judging pairwise or absolute")
 
 
+def reward_config(config, term_names=()) -> RewardConfig:
+    """RewardConfig from config.reward. A key RewardConfig does not declare must be a registered reward term's
+    coefficient, reward.<term>_coef (`term_names`: rubric_jax.methods.terms.TERMS); the terms read those."""
+    fields = {f.name for f in dataclasses.fields(RewardConfig)}
+    values = config.reward.to_dict()
+    unknown = sorted(k for k in values if k not in fields and not (k.endswith("_coef")
+                                                                     and k.removesuffix("_coef") in term_names))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}: a reward term's weight is reward.<term>_coef for a "
+                         f"registered term ({sorted(term_names)})")
+    return RewardConfig(**{k: v for k, v in values.items() if k in fields})
+
+
 def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
     """The rubric's criteria in curriculum order (the paper's, or a seeded random permutation)."""
     crits = list(rubric.criteria)

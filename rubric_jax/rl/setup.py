@@ -26,12 +26,12 @@ from rubric_jax.models.lora import LoRAConfig, apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax import methods
-from rubric_jax.methods.terms import make_terms
+from rubric_jax.methods.terms import TERMS, make_terms
 from rubric_jax.rl import dynamic, preflight
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
-from rubric_jax.rl.reward import RewardConfig, judge_config, ordered_criteria
+from rubric_jax.rl.reward import RewardConfig, judge_config, ordered_criteria, reward_config
 from rubric_jax.rl.shapes import ShapePlan
 from rubric_jax.rubrics import load_rubric
 
@@ -109,7 +109,7 @@ def build(config) -> Setup:
                                    f"of the {hosts.count} processes (each gives an equal share of every micro-batch)")
     # The prompt file and every rubric are read before a model file is opened: a bad line or a misspelled name
     # is reported in the first seconds, not after a load that takes minutes for a 4B checkpoint.
-    reward_cfg = RewardConfig(**config.reward.to_dict())
+    reward_cfg = reward_config(config, TERMS)
     default_rubric = load_rubric(config.rubric) if config.rubric else None
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
     method = methods.make(config, reward_cfg, criteria, default_rubric)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any, Callable
 
 from rubric_jax.config_checks import ConfigError  # noqa: F401 (preflight.ConfigError, as callers name it)
 from rubric_jax.config_checks import choice as _choice, fail as _fail
 from rubric_jax.config_checks import integer as _int, number as _num, section as _section
 from rubric_jax.errors import did_you_mean
 from rubric_jax.rewards.group import ADVANTAGE_KINDS
-from rubric_jax.rl.losses import AGGREGATIONS
+from rubric_jax.rl.losses import AGGREGATIONS, LossConfig
 from rubric_jax.rl.policy import FINETUNE_MODES
 from rubric_jax.rl.shapes import PROMPT_WIDTHS
 
@@ -36,8 +37,10 @@ REMATS = ("none", "full", "dots_saveable")
 ATTENTIONS = ("plain", "xla", "cudnn", "chunked")
 
 
-def check(config) -> None:
-    """Raises ConfigError for the first value of `config` that cannot run (see the module docstring)."""
+def check(config) -> dict[str, Any]:
+    """Raises ConfigError for the first value of `config` that cannot run (see the module docstring); returns the
+    sections' dataclasses it built ("reward", "judge", "lora", "loss", "dynamic"; "pacing" or None), the ones the
+    run then uses (rubric_jax.rl.setup.build), so each is built from the ConfigDict in this one place."""
     for field in ("steps", "prompts_per_step", "max_prompt_len", "max_completion_len", "seed"):
         _int(config, field, 0 if field == "seed" else 1)
     _int(config, "group_size", 2, " (a group needs two rollouts to compare; advantages of a group of 1 are 0)")
@@ -82,11 +85,12 @@ def check(config) -> None:
     _int(config, "checkpoint.every", 1)
     _int(config, "checkpoint.keep", 1)
     mesh_axes(config.mesh)
-    _sections(config)
+    sections = _sections(config)
     if config.data.path and not os.path.exists(config.data.path):
         from rubric_jax.data.jsonl import BUNDLED  # noqa: PLC0415
         if config.data.path not in BUNDLED:
             _fail("data.path", config.data.path, f"no such file, and not a bundled set {tuple(BUNDLED)}")
+    return sections
 
 
 def _judge_model(config) -> None:
@@ -193,7 +197,14 @@ def mesh_axes(spec: str) -> list[tuple[str, int]]:
     return axes
 
 
-def _sections(config) -> None:
+def _section_of(config, field: str, build: Callable[[], Any]):
+    """`_section`, returning what `build` made."""
+    made = []
+    _section(config, field, lambda: made.append(build()))
+    return made[0]
+
+
+def _sections(config) -> dict[str, Any]:
     # Imported here: these modules pull in JAX programs that `check` itself does not need.
     from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
     from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
@@ -204,10 +215,10 @@ def _sections(config) -> None:
     _choice(config, "reward.judging", methods.judging_choices())
     from rubric_jax.methods.terms import TERMS  # noqa: PLC0415
 
-    _section(config, "reward", lambda: reward_config(config, TERMS))
+    out = {"reward": _section_of(config, "reward", lambda: reward_config(config, TERMS))}
     from rubric_jax.rl.reward import judge_config  # noqa: PLC0415
 
-    _section(config, "judge", lambda: judge_config(config))
+    out["judge"] = _section_of(config, "judge", lambda: judge_config(config))
     if config.judge.pairing == "listwise":
         # listwise gives win rates of a group; pointwise scoring (absolute, RARE) has no group to list
         judging = config.reward.judging
@@ -220,14 +231,22 @@ def _sections(config) -> None:
         if config.group_size > len(LIST_LABELS):
             _fail("judge.pairing", "listwise", f"listwise prompts label responses A..Z: group_size "
                   f"{config.group_size} is over {len(LIST_LABELS)}")
-    _section(config, "lora", lambda: LoRAConfig(rank=config.lora.rank, alpha=config.lora.alpha,
-                                                dropout=config.lora.dropout, targets=tuple(config.lora.targets)))
-    _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
+    out["lora"] = _section_of(config, "lora", lambda: LoRAConfig(
+        rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
+        targets=tuple(config.lora.targets)))
+    out["loss"] = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
+                             eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
+                             kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
+                             max_completion_len=config.max_completion_len)  # each field checked in `check`
+    out["dynamic"] = _section_of(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
+    out["pacing"] = None
     if config.reward.pacing != "fixed":
         from rubric_jax.rewards.pacing import PacingConfig  # noqa: PLC0415
-        _section(config, "pacing", lambda: PacingConfig.for_interval(config.reward.interval, **config.pacing.to_dict()))
+        out["pacing"] = _section_of(config, "pacing", lambda: PacingConfig.for_interval(config.reward.interval,
+                                                                                        **config.pacing.to_dict()))
         if config.rubric_source != "config":
             _fail("rubric_source", config.rubric_source, f"reward.pacing={config.reward.pacing!r} paces one rubric's "
                                                          "curriculum: it needs rubric_source='config'")
     # the reward method's own section (rubric_jax.methods: each method's `validate`)
     methods.get(methods.method_name(config)).validate(config)
+    return out

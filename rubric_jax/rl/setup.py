@@ -22,16 +22,15 @@ from rubric_jax.data import PromptDataset, load_jsonl
 from rubric_jax.judge import Judge
 from rubric_jax.judge.pairings import num_swiss_rounds, pairs_for
 from rubric_jax.models.loading import DEFAULT_MODEL, load_model, resolve_checkpoint
-from rubric_jax.models.lora import LoRAConfig, apply_lora
+from rubric_jax.models.lora import apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax import methods
-from rubric_jax.methods.terms import TERMS, make_terms
+from rubric_jax.methods.terms import make_terms
 from rubric_jax.rl import dynamic, preflight
 from rubric_jax.rl.hosts import Hosts
-from rubric_jax.rl.losses import LossConfig
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
-from rubric_jax.rl.reward import RewardConfig, judge_config, ordered_criteria, reward_config
+from rubric_jax.rl.reward import RewardConfig, ordered_criteria
 from rubric_jax.rl.shapes import ShapePlan
 from rubric_jax.rubrics import load_rubric
 
@@ -99,7 +98,7 @@ def parse_mesh(spec: str):
 
 
 def build(config) -> Setup:
-    preflight.check(config)  # every value, before a model file is opened
+    sections = preflight.check(config)  # every value, before a model file is opened; the sections' dataclasses
     name = _model_name(config)
     dtype = jnp.dtype(config.dtype)
     mesh = parse_mesh(config.mesh)
@@ -109,7 +108,7 @@ def build(config) -> Setup:
                                    f"of the {hosts.count} processes (each gives an equal share of every micro-batch)")
     # The prompt file and every rubric are read before a model file is opened: a bad line or a misspelled name
     # is reported in the first seconds, not after a load that takes minutes for a 4B checkpoint.
-    reward_cfg = reward_config(config, TERMS)
+    reward_cfg = sections["reward"]
     default_rubric = load_rubric(config.rubric) if config.rubric else None
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
     method = methods.make(config, reward_cfg, criteria, default_rubric)
@@ -135,15 +134,10 @@ def build(config) -> Setup:
     graphdef, state = nnx.split(base)
     policy_model = nnx.merge(graphdef, state)
     if config.finetune == "lora":
-        apply_lora(policy_model, LoRAConfig(
-            rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
-            targets=tuple(config.lora.targets)), seed=config.seed)
+        apply_lora(policy_model, sections["lora"], seed=config.seed)
         if mesh is not None:
             shard_model(policy_model, mesh)  # places the new adapters by their logical axes
-    loss_cfg = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
-                          eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
-                          kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
-                          max_completion_len=config.max_completion_len)
+    loss_cfg = sections["loss"]
     optimizer = make_optimizer(config.optim.lr, warmup_steps=config.optim.warmup_steps, total_steps=config.steps,
                                weight_decay=config.optim.weight_decay, max_grad_norm=config.optim.max_grad_norm,
                                schedule=config.optim.schedule)
@@ -159,7 +153,7 @@ def build(config) -> Setup:
     base_graph, base_state = nnx.split(base)
     base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
     judge_model, judge_tokenizer = load_judge(config, name, base_local, tokenizer, hosts)
-    judge = Judge(judge_model, judge_tokenizer, judge_config(config), max_response_tokens=config.judge.max_response_tokens)
+    judge = Judge(judge_model, judge_tokenizer, sections["judge"], max_response_tokens=config.judge.max_response_tokens)
     # One prompt width for the whole run (one sampler program): the rung of the longest prompt it can draw, or
     # max_prompt_len (config.prompt_width).
     encode = lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0]  # noqa: E731
@@ -170,7 +164,7 @@ def build(config) -> Setup:
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records), judge.model_id),
                "the run's settings")
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
-                  base_local, shapes, method, dynamic=dynamic.DynamicConfig(**config.dynamic.to_dict()),
+                  base_local, shapes, method, dynamic=sections["dynamic"],
                   judge_model=judge_model, judge_tokenizer=judge_tokenizer)
     ctx = methods.BuildContext(config, tokenizer, base_local, judge, judge_model, judge_tokenizer, dataset.records,
                                hosts, encode, setup.local_policy)

@@ -54,6 +54,21 @@ def test_two_methods_cannot_share_a_name():
     assert METHODS["rare"].__name__ == "RareMethod"
 
 
+def test_what_a_method_returns_is_checked_naming_it():
+    from rubric_jax.methods.base import RewardOut, checked
+
+    ok = RewardOut(np.zeros((2, 4), np.float32), {}, np.zeros(2, bool), {"violate": np.zeros((2, 4), bool)})
+    assert checked(ok, "m", 2, 4) is ok
+    with pytest.raises(ValueError, match=r"reward method 'm' returned rewards of shape \(8,\) for 2 groups of 4"):
+        checked(RewardOut(np.zeros(8, np.float32), {}), "m", 2, 4)
+    with pytest.raises(ValueError, match="dtype <U1"):
+        checked(RewardOut(np.full((2, 4), "x"), {}), "m", 2, 4)
+    with pytest.raises(ValueError, match=r"drop of shape \(4,\)"):
+        checked(RewardOut(np.zeros((2, 4)), {}, np.zeros(4, bool)), "m", 2, 4)
+    with pytest.raises(ValueError, match=r"picked\['v'\] has shape \(3, 4\)"):
+        checked(RewardOut(np.zeros((2, 4)), {}, None, {"v": np.zeros((3, 4))}), "m", 2, 4)
+
+
 def _doc_blocks(heading="### Adding a method: a worked example", name='@register("word_target")'):
     """The first two python blocks after `heading` in docs/architecture.md: (module, config file)."""
     with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:

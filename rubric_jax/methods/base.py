@@ -100,6 +100,24 @@ class RewardOut:
     picked: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
+def checked(out: RewardOut, method: str, groups: int, group_size: int) -> RewardOut:
+    """`out` after the checks the trainer relies on, each failure naming the method: rewards (B, G) of real numbers
+    (NaN is allowed: the update's non-finite guard handles it), `drop` (B,), each `picked` array (B, ...)."""
+    shape = np.shape(out.reward)
+    if shape != (groups, group_size):
+        raise ValueError(f"reward method {method!r} returned rewards of shape {shape} for {groups} groups of "
+                         f"{group_size}: want ({groups}, {group_size})")
+    if not np.issubdtype(np.asarray(out.reward).dtype, np.number):
+        raise ValueError(f"reward method {method!r} returned rewards of dtype {np.asarray(out.reward).dtype}")
+    if out.drop is not None and np.shape(out.drop) != (groups,):
+        raise ValueError(f"reward method {method!r} returned drop of shape {np.shape(out.drop)}: want ({groups},)")
+    for name, arr in out.picked.items():
+        if np.shape(arr)[:1] != (groups,):
+            raise ValueError(f"reward method {method!r}: picked[{name!r}] has shape {np.shape(arr)}, want "
+                             f"({groups}, ...)")
+    return out
+
+
 @dataclasses.dataclass
 class BuildContext:
     """What a method may use once the models are loaded (rubric_jax.rl.setup.build)."""

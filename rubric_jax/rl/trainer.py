@@ -26,6 +26,7 @@ import numpy as np
 from rubric_jax import progress as inner_progress
 from rubric_jax.rewards.compiled import advantages, standardise_in_group, zero_spread_mask
 from rubric_jax.methods import RewardBatch
+from rubric_jax.methods.base import checked
 from rubric_jax.methods.terms import TermBatch
 from rubric_jax.rl import diagnostics, dynamic
 from rubric_jax.rl.checkpoint import Checkpointer
@@ -151,7 +152,8 @@ def sample_batch(setup: Setup, step: int, key, index: int, timer: PhaseTimer) ->
             responses = [texts[b * g:(b + 1) * g] for b in range(len(records))]
 
         with timer.phase("judge"):  # the method's reward, with whatever judging it does
-            res = setup.method.reward(RewardBatch(records, prompts, responses, step, group_ids, bkey))
+            res = checked(setup.method.reward(RewardBatch(records, prompts, responses, step, group_ids, bkey)),
+                          setup.method.name, len(records), g)
             r_bg, rows["method"] = res.reward, res.rows
             drop = np.zeros(len(records), bool) if res.drop is None else np.asarray(res.drop, bool)
 

@@ -43,10 +43,10 @@ def choice(config, field: str, choices) -> None:
         fail(field, v, f"must be one of {tuple(choices)}" + (did_you_mean(v, choices) if isinstance(v, str) else ""))
 
 
-def section(config, field: str, build: Callable[[], Any]) -> None:
-    """Builds a component's config dataclass; its own error gets the section's name in front."""
+def section(config, field: str, build: Callable[[], Any]):
+    """Builds a component's config dataclass and returns it; its own error gets the section's name in front."""
     try:
-        build()
+        return build()
     except (ValueError, TypeError) as e:
         raise ConfigError(f"config.{field}: {e}") from e
 

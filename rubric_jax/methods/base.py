@@ -25,6 +25,7 @@ itself in `rubric_jax/methods/__init__.py`, plus one config file (docs/architect
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any, Callable, Sequence
 
@@ -134,9 +135,9 @@ class BuildContext:
     local_policy: Callable[[], Any]  # -> the current policy on this process' devices
 
 
-class Method:
-    """Base class: a method with no state, no schedule and no pooled bookkeeping. Subclasses override
-    `reward` and whatever else they need."""
+class Method(abc.ABC):
+    """Base class: a method with no state, no schedule and no pooled bookkeeping. Subclasses implement
+    `reward` (abstract: a subclass without it cannot be made) and override whatever else they need."""
 
     name = "?"
 
@@ -171,8 +172,9 @@ class Method:
     def begin_step(self, step: int, key, timer) -> dict[str, float]:
         return {}
 
+    @abc.abstractmethod
     def reward(self, batch: RewardBatch) -> RewardOut:
-        raise NotImplementedError
+        """One reward per rollout of `batch`, and the rows the method reads back in `commit` / `metrics`."""
 
     def commit(self, rows: dict[str, Any]) -> None:
         pass

@@ -13,6 +13,7 @@ rubric_jax.rl.reward; this module only connects them to the step.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any, Sequence
 
@@ -55,7 +56,7 @@ class TermBatch:
     group_size: int
 
 
-class Term:
+class Term(abc.ABC):
     name = "?"
 
     def __init__(self, config, reward_cfg, ctx: BuildContext):
@@ -65,8 +66,9 @@ class Term:
     def coef(self) -> float:
         return float(self.config.reward[f"{self.name}_coef"])
 
+    @abc.abstractmethod
     def bonus(self, batch: TermBatch) -> np.ndarray:
-        raise NotImplementedError
+        """The raw bonus of each rollout of `batch`, (B, G)."""
 
     def state(self) -> dict[str, Any]:
         """The checkpoint meta keys this term adds."""

@@ -197,13 +197,6 @@ def mesh_axes(spec: str) -> list[tuple[str, int]]:
     return axes
 
 
-def _section_of(config, field: str, build: Callable[[], Any]):
-    """`_section`, returning what `build` made."""
-    made = []
-    _section(config, field, lambda: made.append(build()))
-    return made[0]
-
-
 def _sections(config) -> dict[str, Any]:
     # Imported here: these modules pull in JAX programs that `check` itself does not need.
     from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
@@ -215,10 +208,10 @@ def _sections(config) -> dict[str, Any]:
     _choice(config, "reward.judging", methods.judging_choices())
     from rubric_jax.methods.terms import TERMS  # noqa: PLC0415
 
-    out = {"reward": _section_of(config, "reward", lambda: reward_config(config, TERMS))}
+    out = {"reward": _section(config, "reward", lambda: reward_config(config, TERMS))}
     from rubric_jax.rl.reward import judge_config  # noqa: PLC0415
 
-    out["judge"] = _section_of(config, "judge", lambda: judge_config(config))
+    out["judge"] = _section(config, "judge", lambda: judge_config(config))
     if config.judge.pairing == "listwise":
         # listwise gives win rates of a group; pointwise scoring (absolute, RARE) has no group to list
         judging = config.reward.judging
@@ -231,18 +224,18 @@ def _sections(config) -> dict[str, Any]:
         if config.group_size > len(LIST_LABELS):
             _fail("judge.pairing", "listwise", f"listwise prompts label responses A..Z: group_size "
                   f"{config.group_size} is over {len(LIST_LABELS)}")
-    out["lora"] = _section_of(config, "lora", lambda: LoRAConfig(
+    out["lora"] = _section(config, "lora", lambda: LoRAConfig(
         rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
         targets=tuple(config.lora.targets)))
     out["loss"] = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
                              eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
                              kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
                              max_completion_len=config.max_completion_len)  # each field checked in `check`
-    out["dynamic"] = _section_of(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
+    out["dynamic"] = _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
     out["pacing"] = None
     if config.reward.pacing != "fixed":
         from rubric_jax.rewards.pacing import PacingConfig  # noqa: PLC0415
-        out["pacing"] = _section_of(config, "pacing", lambda: PacingConfig.for_interval(config.reward.interval,
+        out["pacing"] = _section(config, "pacing", lambda: PacingConfig.for_interval(config.reward.interval,
                                                                                         **config.pacing.to_dict()))
         if config.rubric_source != "config":
             _fail("rubric_source", config.rubric_source, f"reward.pacing={config.reward.pacing!r} paces one rubric's "

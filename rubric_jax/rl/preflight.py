@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Callable
+from typing import Any
 
 from rubric_jax.config_checks import ConfigError  # noqa: F401 (preflight.ConfigError, as callers name it)
 from rubric_jax.config_checks import choice as _choice, fail as _fail

@@ -149,13 +149,13 @@ def judge_call_args(base, sizes: Sizes, c):
     """The scoring call's input shapes as the judge engine plans them for one step of the run: the engine's
     own packing and bucketing, with the device call replaced by a recorder (nothing runs)."""
     from rubric_jax.judge import Judge, forward
-    from rubric_jax.judge.common import JudgeConfig
+    from rubric_jax.rl.reward import judge_config
     from rubric_jax.models.tokenizer import load_tokenizer
     from rubric_jax.rubrics import load_rubric
 
     tok = load_tokenizer("qwen3")
     crits = list(load_rubric(c.rubric))[: sizes.criteria]
-    judge = Judge(base, tok, JudgeConfig(mode=c.judge.mode, pairing=c.judge.pairing), model_id="memory-benchmark",
+    judge = Judge(base, tok, judge_config(c), model_id="memory-benchmark",
                   max_response_tokens=sizes.completion, cache_entries=0, tokens_per_call=sizes.tokens_per_call)
     judge.reserve(crits)
     seen = []

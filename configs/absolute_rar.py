@@ -13,7 +13,7 @@ from rubric_jax.config_base import base_config, finalize
 
 def get_config(arg=None):
     c = base_config()
-    c.reward.judging = "absolute"
+    c.reward.method = "absolute"
     c.reward.curriculum = False
     c.reward.weighting = "equal"
     return finalize(c, arg)

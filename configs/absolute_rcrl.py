@@ -11,5 +11,5 @@ from rubric_jax.config_base import base_config, finalize
 
 def get_config(arg=None):
     c = base_config()
-    c.reward.judging = "absolute"
+    c.reward.method = "absolute"
     return finalize(c, arg)

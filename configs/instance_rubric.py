@@ -6,7 +6,7 @@ with this; run both on the same data to compare.
   python -m rubric_jax.main --config=configs/instance_rubric.py --workdir=/tmp/instance --config.model=/ckpt/Qwen3-4B
   python -m rubric_jax.main --config=configs/instance_rubric.py:tiny --workdir=/tmp/instance_tiny   # CPU smoke run
   --config.data.path=my_prompts.jsonl      # records with their own "rubric" (e.g. HealthBench's, converted)
-  --config.reward.judging=pairwise         # win rates per criterion instead of scores
+  --config.reward.method=pairwise         # win rates per criterion instead of scores
 
 The bundled data are the short-video script requests (each with its own rubric). Expect score/mean to rise
 and active_criteria to be the mean rubric size (5-8 here).
@@ -20,7 +20,7 @@ def get_config(arg=None):
     c.data.path = "scripts"
     c.rubric = ""
     c.rubric_source = "record"
-    c.reward.judging = "absolute"
+    c.reward.method = "absolute"
     c.reward.curriculum = False
     c.reward.weighting = "equal"
     return finalize(c, arg)

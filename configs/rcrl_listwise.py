@@ -21,5 +21,5 @@ from rubric_jax.config_base import base_config, finalize
 
 def get_config(arg=None):
     c = base_config()
-    c.judge.pairing = "listwise"
+    c.judge.comparison = "listwise"
     return finalize(c, arg)

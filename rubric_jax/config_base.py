@@ -21,6 +21,7 @@ them with temperature 0.7; Table 6 does not list a temperature and TRL's default
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
 from rubric_jax.models.lora import ALL_TARGETS
 
@@ -76,10 +77,17 @@ def base_config() -> ml_collections.ConfigDict:
     # dtype: that model's weights ("" = config.dtype)
     # questions: better (default) | worse | both: which pairwise question(s) the judge answers; "both" pools the
     # two readings, the worse one weighted by worse_weight (JudgeConfig.questions; README, "A judge apart")
-    c.judge = ml_collections.ConfigDict(dict(mode="sign", pairing="all", max_response_tokens=1024, model="",
-                                             dtype="", questions="better", worse_weight=3.0))
+    # comparison: pairwise (pairs of a group's responses, scheduled by `pairing`: all | circular | swiss) |
+    # listwise (the whole group in one judge sequence per presentation; rubric_jax.judge.listwise)
+    c.judge = ml_collections.ConfigDict(dict(mode="sign", comparison="pairwise", pairing="all",
+                                             max_response_tokens=1024, model="", dtype="", questions="better",
+                                             worse_weight=3.0))
+    # method: the reward method (rubric_jax.methods): pairwise | absolute (RcRL and the Table 3 baselines, on the
+    # config's rubric or each prompt's) | rare | rlmr | any other registered name.
+    # judging: the old name of `method`, still read for one release (rubric_jax.config_checks.apply_renames).
     c.reward = ml_collections.ConfigDict(dict(
-        judging="pairwise", curriculum=True, interval=100, weighting="emphasis", alpha=0.5, order="paper",
+        method="pairwise", judging=config_dict.placeholder(str), curriculum=True, interval=100, weighting="emphasis",
+        alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
         usefulness_coef=0.0, verifier_flip=0.0,
         pacing="fixed"))  # fixed: one criterion every `interval` steps | auto: when held-out quality plateaus |
@@ -90,7 +98,7 @@ def base_config() -> ml_collections.ConfigDict:
     # max_interval steps after the previous one. 0 = scaled from reward.interval (100: 10, 3, 50, 200).
     c.pacing = ml_collections.ConfigDict(dict(every=0, window=0, epsilon=0.02, min_interval=0, max_interval=0,
                                               prompts=16, seed=0))
-    # RLMR (reward.judging="rlmr"; docs/method.md §4): writing reward + constraint verifier, mixed per group.
+    # RLMR (reward.method="rlmr"; docs/method.md §4): writing reward + constraint verifier, mixed per group.
     c.rlmr = ml_collections.ConfigDict(dict(
         writing="absolute",  # absolute (judge's pointwise rubric score) | pairwise (win rate) | reward_model | none (0)
         mix="penalty",  # penalty (the group penalty delta) | linear (a * r + b * pass)
@@ -99,7 +107,7 @@ def base_config() -> ml_collections.ConfigDict:
         reward_model="", reward_model_batch=8))
     # DAPO dynamic sampling (rubric_jax/rl/dynamic.py), any method: drop groups without reward spread, refill.
     c.dynamic = ml_collections.ConfigDict(dict(enabled=False, oversample=1, max_rounds=2, min_spread=1e-6))
-    # RARE (reward.judging="rare"; docs/method.md §3): integer scores, saturated-criterion replacement.
+    # RARE (reward.method="rare"; docs/method.md §3): integer scores, saturated-criterion replacement.
     c.rare = ml_collections.ConfigDict(dict(
         # sample (replace saturated criteria) | static (score only) | task (revise each task's shared rubric
         # at `revisions` evenly spaced steps) | mpo (task-level refinement without the acceptance test) |
@@ -158,7 +166,7 @@ def rare_overrides(c: ml_collections.ConfigDict, *, level: str, source: str) -> 
     c.data.path = "scripts"
     c.rubric = ""  # every bundled script record carries its rubric; "task" uses its type's shared rubric
     c.rubric_source = source
-    c.reward.judging = "rare"
+    c.reward.method = "rare"
     c.reward.curriculum = False
     c.reward.weighting = "equal"
     c.rare.level = level
@@ -189,7 +197,7 @@ def rlmr_overrides(c: ml_collections.ConfigDict, *, mix: str = "penalty", a: flo
     sampling; `mix`, `a`, `b` pick the method (penalty) or a fixed linear weighting a * r + b * pass."""
     c.data.with_constraints = True
     c.rubric = "writing_quality"  # one holistic score per response, as RLMR's writing reward model gives
-    c.reward.judging = "rlmr"
+    c.reward.method = "rlmr"
     c.reward.curriculum = False
     c.reward.weighting = "equal"
     c.rlmr.mix = mix

@@ -51,3 +51,32 @@ def section(config, field: str, build: Callable[[], Any]):
         raise ConfigError(f"config.{field}: {e}") from e
 
 
+
+
+# Names this release changed, still read for one release: old field -> new field. Each use logs a deprecation
+# warning (`apply_renames`, the first thing rubric_jax.rl.preflight.check does).
+RENAMED = {
+    "reward.judging": "reward.method",  # it names the reward method (rare, rlmr, ...), not only how to judge
+    "judge.pairing='listwise'": "judge.comparison='listwise'",  # a whole-group sequence is no pairing of responses
+}
+DEFAULT_METHOD = "pairwise"
+
+
+def apply_renames(config) -> list[str]:
+    """Moves a value given under an old name (`RENAMED`) to its new field, in place, and returns one deprecation
+    message per move. Giving both names with different values is an error, not a silent choice."""
+    notes = []
+    reward, judge = config.get("reward"), config.get("judge")
+    old = reward.get("judging") if reward is not None else None
+    if old is not None:
+        if reward.get("method", DEFAULT_METHOD) not in (old, DEFAULT_METHOD):
+            fail("reward.judging", old, f"is the old name of reward.method, which says {reward.method!r}: set "
+                                        "reward.method only")
+        reward.method, reward.judging = old, None
+        notes.append(f"config.reward.judging is deprecated and will be removed in the next release: "
+                     f"use config.reward.method={old!r}")
+    if judge is not None and judge.get("pairing") == "listwise":
+        judge.comparison, judge.pairing = "listwise", "all"
+        notes.append("config.judge.pairing='listwise' is deprecated and will be removed in the next release: use "
+                     "config.judge.comparison='listwise' (judge.pairing schedules the pairs of pairwise judging)")
+    return notes

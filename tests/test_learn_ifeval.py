@@ -271,7 +271,7 @@ def test_the_config_validates_and_its_reward_is_the_verifier_alone():
     full, tiny = load_config("learn_ifeval"), load_config("learn_ifeval", "tiny")
     for c in (full, tiny):
         preflight.check(c)
-        assert c.reward.judging == "rlmr" and c.rlmr.writing == "none"
+        assert c.reward.method == "rlmr" and c.rlmr.writing == "none"
         assert (c.rlmr.mix, c.rlmr.linear_a, c.rlmr.linear_b) == ("linear", 0.0, 1.0)
         assert c.model == "smollm2-135m-instruct" and c.dtype == "float32"
     assert tiny.steps == 2 < full.steps

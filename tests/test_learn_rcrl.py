@@ -15,7 +15,7 @@ def test_the_config_judges_with_the_15b_apart_from_the_policy_and_fits_a_cpu_bud
     full, tiny = load_config("rcrl_judge15b"), load_config("rcrl_judge15b", "tiny")
     for c in (full, tiny):
         preflight.check(c)
-        assert c.reward.judging == "pairwise" and c.reward.curriculum and c.judge.questions == "both"
+        assert c.reward.method == "pairwise" and c.reward.curriculum and c.judge.questions == "both"
         assert c.model == "smollm2-135m-instruct" and c.loss.kl_coef > 0
     assert full.judge.model == "qwen2.5-coder-1.5b-instruct" != full.model
     assert tiny.judge.model == "" and tiny.steps == 2 < full.steps

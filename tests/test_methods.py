@@ -41,8 +41,8 @@ def test_each_config_finds_its_method_by_name(name, method):
 
 def test_an_unknown_method_fails_the_config_check_naming_the_registered_ones():
     cfg = load_config("rcrl", "tiny")
-    cfg.reward.judging = "pariwise"
-    with pytest.raises(preflight.ConfigError, match=r"config\.reward\.judging='pariwise'.*'rare', 'rlmr'.*pairwise"):
+    cfg.reward.method = "pariwise"
+    with pytest.raises(preflight.ConfigError, match=r"config\.reward\.method='pariwise'.*'rare', 'rlmr'.*pairwise"):
         preflight.check(cfg)
     with pytest.raises(ValueError, match="no reward method 'nope'"):
         methods.get("nope")
@@ -97,7 +97,7 @@ def test_the_worked_example_trains_a_step(tiny_qwen3, tmp_path):
     (tmp_path / "word_target_cfg.py").write_text(config_file)
     try:
         _import(str(tmp_path / "word_target.py"), "word_target_example")
-        assert "word_target" in methods.judging_choices()
+        assert "word_target" in methods.method_choices()
         cfg = _import(str(tmp_path / "word_target_cfg.py"), "word_target_example_cfg").get_config("tiny")
         cfg.model, cfg.steps, cfg.max_completion_len, cfg.tensorboard = tiny_qwen3[0], 1, 8, False
         cfg.prompt_width = "max"  # the suite's other tiny runs' programs (test_trainer._tiny_run_config)

@@ -53,8 +53,9 @@ BAD = [
     ("sampling.temperature", 0.0), ("sampling.top_p", 0.0), ("sampling.top_k", -1), ("sampling.min_p", 1.0),
     ("optim.lr", 0.0), ("optim.schedule", "linear"), ("optim.warmup_steps", -5),
     ("forward.remat", "some"), ("forward.attention", "flash"),
-    ("judge.mode", "soft"), ("judge.pairing", "random"), ("judge.max_response_tokens", 0),
-    ("reward.weighting", "linear"), ("reward.interval", 0), ("reward.judging", "listwise"),
+    ("judge.mode", "soft"), ("judge.pairing", "random"), ("judge.comparison", "ranked"),
+    ("judge.max_response_tokens", 0),
+    ("reward.weighting", "linear"), ("reward.interval", 0), ("reward.method", "listwise"),
     ("lora.rank", 0), ("lora.dropout", 1.0), ("lora.targets", ["q_proj", "qkv"]),
     ("dynamic.oversample", 0), ("checkpoint.every", 0), ("mesh", "data=2"), ("mesh", "model:2"),
     ("data.path", "/no/such/prompts.jsonl"),
@@ -87,11 +88,38 @@ def test_full_finetuning_in_bfloat16_and_a_task_level_without_task_rubrics_are_r
         preflight.check(c)
     # listwise judging gives win rates within a group: pointwise rewards have none, and labels stop at Z
     for name in ("absolute_rar", "rare", "rlmr"):
-        with pytest.raises(preflight.ConfigError, match="config.judge.pairing='listwise'.*reward.judging"):
-            preflight.check(_set(load_config(name, "tiny"), "judge.pairing", "listwise"))
-    preflight.check(_set(_set(load_config("rlmr", "tiny"), "judge.pairing", "listwise"), "rlmr.writing", "pairwise"))
+        with pytest.raises(preflight.ConfigError, match="config.judge.comparison='listwise'.*reward.method"):
+            preflight.check(_set(load_config(name, "tiny"), "judge.comparison", "listwise"))
+    preflight.check(_set(_set(load_config("rlmr", "tiny"), "judge.comparison", "listwise"), "rlmr.writing",
+                         "pairwise"))
     with pytest.raises(preflight.ConfigError, match="group_size 27 is over 26"):
         preflight.check(_set(load_config("rcrl_listwise", "tiny"), "group_size", 27))
+
+
+def test_the_renamed_fields_old_names_still_run_with_a_deprecation_warning(caplog):
+    """reward.judging -> reward.method and judge.pairing='listwise' -> judge.comparison='listwise' (one release)."""
+    old = _set(_set(load_config("rare", "tiny"), "reward.method", "pairwise"), "reward.judging", "rare")
+    with caplog.at_level("WARNING"):
+        sections = preflight.check(old)
+    assert old.reward.method == "rare" and old.reward.judging is None and sections["reward"].method == "rare"
+    assert "config.reward.judging is deprecated" in caplog.text and "reward.method='rare'" in caplog.text
+
+    listwise = _set(load_config("rcrl", "tiny"), "judge.pairing", "listwise")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        sections = preflight.check(listwise)
+    assert (listwise.judge.comparison, listwise.judge.pairing) == ("listwise", "all")
+    assert sections["judge"].pairing == "listwise" and "judge.comparison='listwise'" in caplog.text
+    # the new names give the same judge and reward sections as the old ones, and warn of nothing
+    new = _set(load_config("rcrl", "tiny"), "judge.comparison", "listwise")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert preflight.check(new)["judge"] == sections["judge"]
+    assert "deprecated" not in caplog.text
+
+    both = _set(_set(load_config("rcrl", "tiny"), "reward.method", "absolute"), "reward.judging", "rare")
+    with pytest.raises(preflight.ConfigError, match="config.reward.judging='rare'.*reward.method.*'absolute'"):
+        preflight.check(both)
 
 
 @pytest.mark.parametrize("name", sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py"))))

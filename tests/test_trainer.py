@@ -13,7 +13,7 @@ from rubric_jax.methods import per_prompt
 from rubric_jax.rl import trainer
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.metrics import read_metrics
-from rubric_jax.rl.reward import RewardConfig, ordered_criteria, step_weights
+from rubric_jax.rl.reward import ordered_criteria, reward_config, step_weights
 from rubric_jax.rubrics import load_rubric
 
 from conftest import load_config  # noqa: E402
@@ -73,7 +73,7 @@ def _step_key(config, step):
 
 
 def _weights_by_id(config, step):
-    rc = RewardConfig(**config.reward.to_dict())
+    rc = reward_config(config)
     crit = ordered_criteria(load_rubric(config.rubric), rc)
     w = step_weights(step, len(crit), rc, _step_key(config, step))
     return {c.id: float(x) for c, x in zip(crit, w) if x > 0}, [c.id for c in crit]
@@ -173,7 +173,7 @@ def test_every_config_runs_a_step(name, tiny_qwen3, tmp_path):
         assert {k for k in hist[0] if k.startswith("weight/")} != {k for k in hist[1] if k.startswith("weight/")}
     m = hist[-1]
     assert np.isfinite(m["loss"])
-    if load_config(name).reward.judging == "pairwise":
+    if load_config(name).reward.method == "pairwise":
         assert m["reward/judge_mean"] == pytest.approx(0.5, abs=1e-5)  # win rates average 1/2 in every group
     if "exploration" in name or "usefulness" in name:
         assert "bonus/exploration" in m

@@ -7,7 +7,8 @@ first response; body: second response, question; suffix: the criterion and the a
 the engine's one door (`Judge.score`) and reads them in `pair_readout`. Swiss pairing plays rounds, each round's
 pairs drawn from the standings so far. With judge.config.questions "worse" or "both" the same pairs are also asked
 which response is worse (`Judge.worse_judge`) and the readings are pooled (`pair_readout.pooled_result`).
-judge.pairing="listwise" is passed on to `rubric_jax.judge.listwise`, whose results carry the same win rates.
+A run's judge.comparison="listwise" (JudgeConfig.pairing="listwise") is passed on to `rubric_jax.judge.listwise`,
+whose results carry the same win rates.
 """
 
 from __future__ import annotations

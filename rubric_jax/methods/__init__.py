@@ -11,7 +11,7 @@ it. The reward terms added on top of any method's reward (the bonuses) are in ru
 """
 
 from rubric_jax.methods.base import (METHODS, BuildContext, Method, RewardBatch, RewardOut, get,  # noqa: F401
-                                     judging_choices, method_name, register)
+                                     method_choices, method_name, register)
 from rubric_jax.methods import per_prompt, rare, rlmr, rubric  # noqa: F401,E402 (each registers itself)
 
 

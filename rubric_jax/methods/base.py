@@ -54,22 +54,22 @@ def get(name: str) -> type["Method"]:
         raise ValueError(f"no reward method {name!r} (registered: {sorted(METHODS)})") from None
 
 
-JUDGED = ("pairwise", "absolute")  # reward.judging values that ask the run's judge about a rubric
+JUDGED = ("pairwise", "absolute")  # reward.method values that ask the run's judge about a rubric
 
 
-def judging_choices() -> tuple[str, ...]:
-    """What reward.judging may hold: pairwise or absolute (the config's rubric, or each prompt's), or the name
+def method_choices() -> tuple[str, ...]:
+    """What reward.method may hold: pairwise or absolute (the config's rubric, or each prompt's), or the name
     of any other registered method."""
     return JUDGED + tuple(n for n in METHODS if n not in ("rubric", "per_prompt"))
 
 
 def method_name(config) -> str:
-    """Which registered method a config runs: reward.judging names it ("rare", "rlmr"); "pairwise" and
+    """Which registered method a config runs: reward.method names it ("rare", "rlmr"); "pairwise" and
     "absolute" judge the config's rubric, or each prompt's own with rubric_source = record | task."""
-    judging = config.reward.judging
-    if judging in JUDGED:
+    method = config.reward.method
+    if method in JUDGED:
         return "rubric" if config.rubric_source == "config" else "per_prompt"
-    return judging
+    return method
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 baseline of "Rubric Curriculum RL" (its HealthBench table) and the static rubrics RARE is compared with.
 
 Every criterion of a prompt's rubric is active with weight 1/C_b (no curriculum: the criteria differ per prompt);
-the judge compares the group pairwise (reward.judging="pairwise") or scores each rollout ("absolute").
+the judge compares the group pairwise (reward.method="pairwise") or scores each rollout ("absolute").
 `rubric_jax.rl.reward.judge_rewards_per_prompt` holds the arithmetic.
 """
 

@@ -1,4 +1,4 @@
-"""The RARE reward method (`reward.judging="rare"`): per-query rubrics from the rubric store, integer
+"""The RARE reward method (`reward.method="rare"`): per-query rubrics from the rubric store, integer
 scores, sample-level replacement of saturated criteria, and the store kept identical on every process.
 
 Methods (config.rare.level):
@@ -269,7 +269,7 @@ def set_state(rt: RareRuntime, meta: dict[str, Any], where: str) -> None:
     for k in state(rt):
         if k not in meta:
             raise ValueError(f"{where} has no {k!r} state: it was written by a run without "
-                             f"reward.judging='rare', rare.level={rt.cfg.level!r}")
+                             f"reward.method='rare', rare.level={rt.cfg.level!r}")
     rt.store.set_state(meta["rubrics"])
     if rt.evidence is not None:
         rt.evidence.set_state(meta["evidence"])

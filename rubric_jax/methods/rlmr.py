@@ -1,4 +1,4 @@
-"""The RLMR reward method (reward.judging="rlmr"): a writing reward, the constraint verifier, their mix.
+"""The RLMR reward method (reward.method="rlmr"): a writing reward, the constraint verifier, their mix.
 
 Source: "RLMR: Reinforcement Learning with Mixed Rewards for Creative Writing" (arXiv 2508.18642); the math is
 in rubric_jax.rewards.rlmr and docs/method.md. Per group of G rollouts of one prompt:
@@ -88,7 +88,7 @@ def record_constraints(cfg: RlmrConfig, records) -> dict[str, tuple[Constraint, 
         constraints[r.id] = cs
     with_c = sum(1 for cs in constraints.values() if cs)
     if not with_c:
-        raise ValueError("reward.judging='rlmr' but no training record has constraints (the bundled "
+        raise ValueError("reward.method='rlmr' but no training record has constraints (the bundled "
                          "creative_writing set has them on about half its prompts)")
     log.info("rlmr: %d of %d records carry constraints", with_c, len(records))
     return constraints
@@ -217,7 +217,7 @@ class RlmrMethod(Method):
         self.rt = build(self.config, ctx.judge, ctx.records, self.constraints)
         # the writing judge's settings; flips are RLMR's
         self.writing_cfg = dataclasses.replace(
-            self.reward_cfg, judging="pairwise" if self.rt.cfg.writing == "pairwise" else "absolute", verifier_flip=0.0)
+            self.reward_cfg, method="pairwise" if self.rt.cfg.writing == "pairwise" else "absolute", verifier_flip=0.0)
         self.weights = None
 
     def begin_step(self, step: int, key, timer) -> dict[str, float]:

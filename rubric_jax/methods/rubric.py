@@ -1,8 +1,8 @@
 """One rubric for every prompt, judged per criterion: RcRL and the baselines of its Table 3.
 
 "Rubric Curriculum RL: Exploiting the Generation-Verification Gap in Non-Verifiable Domains". The judge compares
-the rollouts of a group pairwise (reward = win rate, reward.judging="pairwise"; listwise with
-judge.pairing="listwise") or scores each one (reward.judging="absolute"), on the criteria the step's schedule makes
+the rollouts of a group pairwise (reward = win rate, reward.method="pairwise"; listwise with
+judge.comparison="listwise") or scores each one (reward.method="absolute"), on the criteria the step's schedule makes
 active, weighted by lambda_c:
 
   reward.curriculum   the first K(t) criteria, the newest weighted alpha (emphasis) or all equally

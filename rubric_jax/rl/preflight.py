@@ -16,11 +16,13 @@ checks its own section (`Method.validate`, rubric_jax.methods: RLMR's and RARE's
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from typing import Any
 
 from rubric_jax.config_checks import ConfigError  # noqa: F401 (preflight.ConfigError, as callers name it)
+from rubric_jax.config_checks import apply_renames
 from rubric_jax.config_checks import choice as _choice, fail as _fail
 from rubric_jax.config_checks import integer as _int, number as _num, section as _section
 from rubric_jax.errors import did_you_mean
@@ -35,12 +37,16 @@ SCHEDULES = ("cosine", "constant")
 KL_KINDS = ("k1", "k3")
 REMATS = ("none", "full", "dots_saveable")
 ATTENTIONS = ("plain", "xla", "cudnn", "chunked")
+COMPARISONS = ("pairwise", "listwise")  # judge.comparison: pairs of responses, or the whole group in one sequence
 
 
 def check(config) -> dict[str, Any]:
     """Raises ConfigError for the first value of `config` that cannot run (see the module docstring); returns the
     sections' dataclasses it built ("reward", "judge", "lora", "loss", "dynamic"; "pacing" or None), the ones the
-    run then uses (rubric_jax.rl.setup.build), so each is built from the ConfigDict in this one place."""
+    run then uses (rubric_jax.rl.setup.build), so each is built from the ConfigDict in this one place.
+    A value under a renamed field's old name is moved to the new one first, with a deprecation warning."""
+    for note in apply_renames(config):
+        logging.getLogger(__name__).warning(note)
     for field in ("steps", "prompts_per_step", "max_prompt_len", "max_completion_len", "seed"):
         _int(config, field, 0 if field == "seed" else 1)
     _int(config, "group_size", 2, " (a group needs two rollouts to compare; advantages of a group of 1 are 0)")
@@ -205,24 +211,28 @@ def _sections(config) -> dict[str, Any]:
 
     from rubric_jax import methods  # noqa: PLC0415
 
-    _choice(config, "reward.judging", methods.judging_choices())
+    _choice(config, "reward.method", methods.method_choices())
     from rubric_jax.methods.terms import TERMS  # noqa: PLC0415
 
     out = {"reward": _section(config, "reward", lambda: reward_config(config, TERMS))}
     from rubric_jax.rl.reward import judge_config  # noqa: PLC0415
 
     out["judge"] = _section(config, "judge", lambda: judge_config(config))
-    if config.judge.pairing == "listwise":
+    _choice(config, "judge.comparison", COMPARISONS)
+    from rubric_jax.judge.pairings import PAIRINGS  # noqa: PLC0415
+
+    _choice(config, "judge.pairing", PAIRINGS)
+    if config.judge.comparison == "listwise":
         # listwise gives win rates of a group; pointwise scoring (absolute, RARE) has no group to list
-        judging = config.reward.judging
-        compares = judging == "pairwise" or (judging == "rlmr" and config.rlmr.writing == "pairwise")
+        method = config.reward.method
+        compares = method == "pairwise" or (method == "rlmr" and config.rlmr.writing == "pairwise")
         if not compares:
-            _fail("judge.pairing", "listwise", "listwise judging gives win rates within a group: it needs "
-                  "reward.judging='pairwise' (or 'rlmr' with rlmr.writing='pairwise')")
+            _fail("judge.comparison", "listwise", "listwise judging gives win rates within a group: it needs "
+                  "reward.method='pairwise' (or 'rlmr' with rlmr.writing='pairwise')")
         from rubric_jax.judge.listwise import LIST_LABELS  # noqa: PLC0415
 
         if config.group_size > len(LIST_LABELS):
-            _fail("judge.pairing", "listwise", f"listwise prompts label responses A..Z: group_size "
+            _fail("judge.comparison", "listwise", f"listwise prompts label responses A..Z: group_size "
                   f"{config.group_size} is over {len(LIST_LABELS)}")
     out["lora"] = _section(config, "lora", lambda: LoRAConfig(
         rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,

@@ -2,7 +2,7 @@
 
 Covers RcRL and every baseline of Table 3 of "Rubric Curriculum RL: Exploiting the Generation-Verification
 Gap in Non-Verifiable Domains" through four switches (math: docs/method.md):
-  judging      pairwise (win rate within the group) or absolute (pointwise scores)
+  method       pairwise (win rate within the group) or absolute (pointwise scores) (reward.method)
   schedule     curriculum (first K(t) criteria active) or all criteria from step 0
   weighting    emphasis (newest active criterion gets alpha) or equal
   dropout      each step every criterion dropped with probability q, at least one kept
@@ -33,7 +33,7 @@ from rubric_jax.rubrics import Criterion, Rubric
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    judging: str = "pairwise"  # pairwise | absolute | rare | rlmr: the method (rubric_jax.methods.method_name)
+    method: str = "pairwise"  # pairwise | absolute | rare | rlmr | any registered: rubric_jax.methods.method_name
     curriculum: bool = True
     interval: int = 100  # steps between criterion introductions
     weighting: str = "emphasis"  # emphasis | equal
@@ -51,16 +51,16 @@ class RewardConfig:
     pacing: str = "fixed"
 
     def __post_init__(self):
-        # which names exist is the method registry's to say (rubric_jax.methods.judging_choices; preflight.check)
-        if not isinstance(self.judging, str) or not self.judging:
-            raise ValueError(f"reward.judging must name a reward method, got {self.judging!r}")
-        if self.judging in ("rare", "rlmr") and (self.curriculum or self.dropout_q):
-            raise ValueError(f"reward.judging={self.judging!r} scores every criterion of the rubric: set "
+        # which names exist is the method registry's to say (rubric_jax.methods.method_choices; preflight.check)
+        if not isinstance(self.method, str) or not self.method:
+            raise ValueError(f"reward.method must name a reward method, got {self.method!r}")
+        if self.method in ("rare", "rlmr") and (self.curriculum or self.dropout_q):
+            raise ValueError(f"reward.method={self.method!r} scores every criterion of the rubric: set "
                              "reward.curriculum=False and reward.dropout_q=0")
         if not 0 <= self.verifier_flip <= 1:
             raise ValueError(f"reward.verifier_flip must be a probability in [0, 1], got {self.verifier_flip}")
-        if self.verifier_flip and self.judging != "rlmr":
-            raise ValueError("reward.verifier_flip flips RLMR's verifier flags: it needs reward.judging='rlmr'")
+        if self.verifier_flip and self.method != "rlmr":
+            raise ValueError("reward.verifier_flip flips RLMR's verifier flags: it needs reward.method='rlmr'")
         if self.weighting not in R.CURRICULUM_MODES:
             raise ValueError(f"reward.weighting must be one of {R.CURRICULUM_MODES}, got {self.weighting!r}")
         if self.order not in ("paper", "random"):
@@ -73,9 +73,9 @@ class RewardConfig:
             raise ValueError(f"reward.interval must be >= 1, got {self.interval}")
         if self.pacing not in PACING_MODES:
             raise ValueError(f"reward.pacing must be one of {PACING_MODES}, got {self.pacing!r}")
-        if self.pacing != "fixed" and not (self.curriculum and self.judging in ("pairwise", "absolute")):
+        if self.pacing != "fixed" and not (self.curriculum and self.method in ("pairwise", "absolute")):
             raise ValueError(f"reward.pacing={self.pacing!r} paces a curriculum: it needs reward.curriculum=True "
-                             "and reward.judging pairwise or absolute")
+                             "and reward.method pairwise or absolute")
 
 
 def reward_config(config, term_names=()) -> RewardConfig:
@@ -83,6 +83,8 @@ def reward_config(config, term_names=()) -> RewardConfig:
     coefficient, reward.<term>_coef (`term_names`: rubric_jax.methods.terms.TERMS); the terms read those."""
     fields = {f.name for f in dataclasses.fields(RewardConfig)}
     values = config.reward.to_dict()
+    if values.pop("judging", None) is not None:  # preflight.check moves it first (config_checks.apply_renames)
+        raise ValueError("reward.judging is the old name of reward.method: set reward.method")
     unknown = sorted(k for k in values if k not in fields and not (k.endswith("_coef")
                                                                      and k.removesuffix("_coef") in term_names))
     if unknown:
@@ -100,9 +102,11 @@ def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
 
 
 def judge_config(config, **over) -> JudgeConfig:
-    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself)."""
+    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself).
+    JudgeConfig carries judge.comparison='listwise' as its pairing 'listwise' (`pairwise_batch` hands it over)."""
     j = config.judge
-    fields = dict(mode=j.mode, pairing=j.pairing, questions=j.questions, worse_weight=float(j.worse_weight))
+    pairing = "listwise" if j.get("comparison") == "listwise" else j.pairing
+    fields = dict(mode=j.mode, pairing=pairing, questions=j.questions, worse_weight=float(j.worse_weight))
     return JudgeConfig(**{**fields, **over})
 
 
@@ -149,7 +153,7 @@ def group_rewards(results, lambdas, judging: str) -> tuple[list[np.ndarray], lis
 
 def _judged(judge, prompts, responses, criteria, cfg: RewardConfig, seed: int, group_ids):
     """The judge's results for every group: pairwise (or listwise) win rates, or pointwise scores."""
-    if cfg.judging == "pairwise":
+    if cfg.method == "pairwise":
         return judge.pairwise_batch(list(prompts), [list(r) for r in responses], criteria, seed=seed,
                                     group_ids=group_ids)
     return judge.pointwise_batch(list(prompts), [list(x) for x in responses], criteria)
@@ -171,7 +175,7 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
     b, g = len(prompts), len(responses[0])
     per_c = np.zeros((b, g, len(criteria)), np.float32)
     results = _judged(judge, prompts, responses, crit, cfg, seed, group_ids)
-    rows, signal = group_rewards(results, [lam] * len(results), cfg.judging)
+    rows, signal = group_rewards(results, [lam] * len(results), cfg.method)
     for bi, sig in enumerate(signal):
         per_c[bi][:, active] = sig
     health = [dict(res.metrics) for res in results]
@@ -189,9 +193,9 @@ def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[
             "criteria": (B,) C_b, "health": one dict of judge figures per group}."""
     crits = [list(r.criteria) for r in rubrics]
     results = _judged(judge, prompts, responses, crits, cfg, seed, group_ids)
-    rewards, per_c = group_rewards(results, [RC.all_active_weights(len(cs)) for cs in crits], cfg.judging)
+    rewards, per_c = group_rewards(results, [RC.all_active_weights(len(cs)) for cs in crits], cfg.method)
     # the spread of win rates (pairwise: they average 1/2) or the mean normalised score (absolute)
-    signal = [float(np.abs(x - 0.5).mean()) if cfg.judging == "pairwise" else float(x.mean()) for x in per_c]
+    signal = [float(np.abs(x - 0.5).mean()) if cfg.method == "pairwise" else float(x.mean()) for x in per_c]
     rows = {"signal": np.asarray(signal, np.float32), "criteria": np.asarray([len(c) for c in crits], np.int32),
             "health": [dict(res.metrics) for res in results]}
     return np.stack(rewards).astype(np.float32), rows
@@ -199,7 +203,7 @@ def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[
 
 def per_prompt_metrics(rows: dict[str, Any], cfg: RewardConfig) -> dict[str, float]:
     """Figures of `judge_rewards_per_prompt` rows (one process' or pooled)."""
-    name = "score/mean" if cfg.judging == "absolute" else "win_rate_spread/mean"
+    name = "score/mean" if cfg.method == "absolute" else "win_rate_spread/mean"
     metrics = {name: float(rows["signal"].mean()), "active_criteria": float(rows["criteria"].mean())}
     return metrics | health_metrics(rows["health"])
 
@@ -223,7 +227,7 @@ def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c
     metrics: dict[str, float] = {}
     for ci in np.flatnonzero(weights_c > 0):
         # Pairwise win rates average exactly 1/2 in every group, so their spread is what carries signal.
-        if cfg.judging == "absolute":
+        if cfg.method == "absolute":
             metrics[f"score/{criteria[ci].id}"] = float(per_c[:, :, ci].mean())
         else:
             metrics[f"win_rate_spread/{criteria[ci].id}"] = float(np.abs(per_c[:, :, ci] - 0.5).mean())

@@ -113,7 +113,7 @@ def build(config) -> Setup:
     criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
     method = methods.make(config, reward_cfg, criteria, default_rubric)
     if method.needs_judge() and config.rubric_source == "config" and not criteria:
-        raise preflight.ConfigError(f"config.rubric is empty: reward.judging={reward_cfg.judging!r} judges with a "
+        raise preflight.ConfigError(f"config.rubric is empty: reward.method={reward_cfg.method!r} judges with a "
                                    f"rubric")
     records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
     if config.data.with_constraints:
@@ -262,23 +262,23 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
              f"per step: {cfg.prompts_per_step} prompt(s) x {cfg.group_size} rollouts = {rollouts} completions of "
              f"<= {cfg.max_completion_len} tokens (<= {tokens} sampled tokens), micro-batches of "
              f"{cfg.loss.micro_batch_size}"]
-    judging = setup.reward_cfg.judging
+    method = setup.reward_cfg.method
     c = len(setup.criteria)
-    if judging == "pairwise" and c and cfg.judge.pairing == "listwise":
+    if method == "pairwise" and c and cfg.judge.comparison == "listwise":
         k = cfg.group_size  # presentations per group: a Latin square of G orders (rubric_jax.judge.listwise)
         lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {k} presentations of all {cfg.group_size} "
                      f"responses x <= {c} criteria = <= {cfg.prompts_per_step * k * c} listwise verdicts "
                      f"({cfg.judge.mode} mode)")
-    elif judging == "pairwise" and c:
+    elif method == "pairwise" and c:
         pairs = pairs_per_group(cfg.judge.pairing, cfg.group_size)
         q = 2 if cfg.judge.questions == "both" else 1  # "both": each pair asked which is better and which worse
         asked = " x 2 questions" if q == 2 else ""
         lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {pairs} pairs x 2 orders{asked} x <= {c} "
                      f"criteria = <= {cfg.prompts_per_step * pairs * 2 * q * c} verdicts ({cfg.judge.mode} mode)")
-    elif c and (judging == "absolute" or (judging == "rlmr" and cfg.rlmr.writing in ("absolute", "pairwise"))):
+    elif c and (method == "absolute" or (method == "rlmr" and cfg.rlmr.writing in ("absolute", "pairwise"))):
         lines.append(f"judge per step: {rollouts} responses x {c} criteria = {rollouts * c} scores "
                      f"({cfg.judge.mode} mode)")
-    elif judging == "rare":
+    elif method == "rare":
         lines.append(f"judge per step: {rollouts} responses x each prompt's criteria ({cfg.rare.score_mode} mode)")
     warning = None
     judge_params = _params(setup.judge_model)[0] if setup.judge_apart else 0
@@ -310,11 +310,11 @@ def judge_line(setup: Setup) -> str:
                 f"{nbytes / 2 ** 20:.1f} MiB of weights, its own tokenizer)")
     else:
         line = f"judge: the policy's frozen base ({_model_name_quiet(cfg)}, self-judging: no second copy)"
-    if cfg.reward.judging == "rlmr" and cfg.rlmr.writing == "none":
+    if cfg.reward.method == "rlmr" and cfg.rlmr.writing == "none":
         # no writing score: the model above judges only the constraints that no program can check
         line = ("judge: none; the reward is the constraint programs' verdicts (rlmr.writing='none', "
                 "rlmr.verifier='program')" if cfg.rlmr.verifier == "program" else
                 line.replace("judge: ", "judge (constraints without a program only, rlmr.writing='none'): ", 1))
-    if cfg.reward.judging == "rare" and cfg.rare.judge.startswith("openai:"):
+    if cfg.reward.method == "rare" and cfg.rare.judge.startswith("openai:"):
         line += f"; RARE's scores come from {cfg.rare.judge} (rare.judge)"
     return line

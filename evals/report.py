@@ -226,9 +226,10 @@ def _json_default(o):
 def strict_json(x):
     """A JSON-ready copy of `x`: numpy arrays and scalars become lists and numbers, non-finite floats None.
 
-    Every JSON file the evaluations write goes through this (`write_json`): NaN and infinities are null, never
-    the `NaN` that Python's json writes and strict readers refuse. (The trainer's metrics.jsonl keeps its own
-    round-trip encoding, rubric_jax.rl.metrics, so a NaN loss reads back as NaN.)"""
+    Every JSON the evaluations write goes through this (`json_text`: `write_json`, and the suites' writer
+    evals.tools.OutputWriter for .json and .jsonl alike): NaN and infinities are null, never the `NaN` that
+    Python's json writes and strict readers refuse. (The trainer's metrics.jsonl keeps its own round-trip
+    encoding, rubric_jax.rl.metrics, so a NaN loss reads back as NaN.)"""
     if isinstance(x, dict):
         return {k: strict_json(v) for k, v in x.items()}
     if isinstance(x, np.ndarray):
@@ -242,12 +243,16 @@ def strict_json(x):
     return x
 
 
+def json_text(obj, indent: int | None = None) -> str:
+    """strict_json(obj) as JSON text, non-ASCII characters kept (one line when indent is None)."""
+    return json.dumps(strict_json(obj), indent=indent, allow_nan=False, default=_json_default, ensure_ascii=False)
+
+
 def write_json(path: str, obj, indent: int = 2) -> str:
-    """Writes strict_json(obj) to `path` through a temporary file, so a crash mid-write leaves the old file."""
+    """Writes json_text(obj) to `path` through a temporary file, so a crash mid-write leaves the old file."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(strict_json(obj), f, indent=indent, allow_nan=False, default=_json_default, ensure_ascii=False)
-        f.write("\n")
+        f.write(json_text(obj, indent) + "\n")
     os.replace(tmp, path)
     return path
 

@@ -139,7 +139,8 @@ def _publish(stage: str, out: str) -> None:
 
 
 def run_suite(suite, args) -> None:
-    """Runs `suite(args)` with args.out pointing at a hidden staging directory inside --out, then publishes.
+    """Runs `suite(args, tools)` with args.out, and the tools' writer, pointing at a hidden staging directory
+    inside --out, then publishes.
 
     A run that fails (or is interrupted) removes its staging directory, and --out if this run created it, so
     no half-written answers.jsonl or report sits beside (or replaces) a finished run's files. The stage is
@@ -152,7 +153,9 @@ def run_suite(suite, args) -> None:
     ok = False
     try:
         args.out = stage
-        suite(args)
+        from evals.tools import SuiteTools
+
+        suite(args, SuiteTools.from_args(args))
         _publish(stage, out)
         ok = True
     finally:

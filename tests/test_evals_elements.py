@@ -123,10 +123,11 @@ class _FakeScorer:
 def test_run_with_fake_models(tmp_path, monkeypatch):
     import evals.models
     from evals.run import parse_args
+    from evals.tools import SuiteTools
 
-    monkeypatch.setattr(el, "generate_all", lambda args, members, prompts, seeds, cache: {
+    monkeypatch.setattr(SuiteTools, "answers", lambda tools, members, prompts, seeds=None: {
         n: [[f"{n} " + "word " * (5 if n == "good" else 50) for _ in prompts]] for n in members})
-    monkeypatch.setattr(el, "make_pointwise", lambda args, cache, spec: _FakeScorer())
+    monkeypatch.setattr(el, "make_pointwise", lambda args, tools, spec: _FakeScorer())
     monkeypatch.setattr(evals.models, "load_contestants", lambda cs, *a, **k: {c.name: [None] for c in cs})
     out = tmp_path / "out"
     res = el.run(parse_args(["--suite=elements", "--models=bad=smollm2,good=smollm2-135m-instruct",

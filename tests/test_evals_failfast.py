@@ -33,8 +33,7 @@ def work(monkeypatch):
             raise AssertionError(f"{what} reached")
         return f
 
-    monkeypatch.setattr(pairwise_elo, "generate_answers", record("generate_answers"))
-    monkeypatch.setattr(evals.generate, "generate_answers", record("generate_answers"))
+    monkeypatch.setattr(evals.generate, "generate_answers", record("generate_answers"))  # the suites' tools call it there
     monkeypatch.setattr(evals.generate, "sample", record("sample"))
     monkeypatch.setattr(evals.models.LoadedMember, "_load", record("load"))
     return calls
@@ -99,9 +98,10 @@ def test_the_judge_is_asked_once_before_any_answer(tmp_path, monkeypatch, capsys
     with chat_stub() as stub:
         seen = {}
 
-        def suite(args):
+        def suite(args, tools):
             seen["hits"] = stub.hits("ok")
             seen["out"] = args.out
+            seen["writer"] = tools.out.dir
             with open(os.path.join(args.out, "results.json"), "w") as f:
                 f.write("{}")
 
@@ -110,6 +110,7 @@ def test_the_judge_is_asked_once_before_any_answer(tmp_path, monkeypatch, capsys
     assert seen["hits"] == 1  # the test request, and nothing else, before the suite ran
     out = tmp_path / "out"
     assert seen["out"] != str(out) and not os.path.exists(seen["out"])  # the stage is gone
+    assert seen["writer"] == seen["out"]  # the tools write into the stage too
     assert os.listdir(out) == ["results.json"]
 
 
@@ -152,7 +153,7 @@ def test_a_failed_run_leaves_no_partial_outputs(tmp_path, monkeypatch, capsys):
     out.mkdir()
     (out / "results.json").write_text('{"earlier": true}')
 
-    def suite(args):
+    def suite(args, tools):
         with open(os.path.join(args.out, "answers.jsonl"), "w") as f:
             f.write('{"id": 0}\n')
         with open(os.path.join(args.out, "results.json"), "w") as f:
@@ -167,7 +168,7 @@ def test_a_failed_run_leaves_no_partial_outputs(tmp_path, monkeypatch, capsys):
 
 
 def test_a_failed_run_removes_the_out_dir_it_created(tmp_path, monkeypatch, capsys):
-    def suite(args):
+    def suite(args, tools):
         open(os.path.join(args.out, "answers.jsonl"), "w").close()
         raise KeyboardInterrupt
 

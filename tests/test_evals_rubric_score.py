@@ -184,10 +184,11 @@ def test_run_with_fake_models_writes_scores_margins_and_report(tmp_path, monkeyp
     import evals.judges
     import evals.models
     from evals.run import parse_args
+    from evals.tools import SuiteTools
 
-    monkeypatch.setattr(rs, "generate_all", lambda args, members, prompts, seeds, cache: {
+    monkeypatch.setattr(SuiteTools, "answers", lambda tools, members, prompts, seeds: {
         n: [[f"{n} answer {k} seed {s}" for k, s in enumerate(seeds)]] for n in members})
-    monkeypatch.setattr(rs, "make_pointwise", lambda args, cache, spec: _FakeScorer())
+    monkeypatch.setattr(rs, "make_pointwise", lambda args, tools, spec: _FakeScorer())
     monkeypatch.setattr(evals.judges, "make_judge", lambda *a, **k: _FakeJudge())
     monkeypatch.setattr(evals.models, "load_contestants", lambda cs, *a, **k: {c.name: [None] for c in cs})
     out = tmp_path / "out"

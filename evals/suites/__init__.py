@@ -1,5 +1,7 @@
-"""Evaluation suites: name -> module with `run(args)` (args: evals.run's parsed command line) and optionally
-`add_args(parser)` for the suite's own flags."""
+"""Evaluation suites: name -> module with `run(args, tools)` and optionally `add_args(parser)` for the suite's own
+flags. args: evals.run's parsed command line; tools: the evals.tools.SuiteTools evals.run builds for the run
+(contestants, cached generation, judges and scorers, the output writer). A suite keeps only its own logic:
+its data, its statistics, its report. `run(args)` alone builds the tools from args."""
 
 from __future__ import annotations
 

@@ -33,10 +33,8 @@ metric) into --out.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import sys
 import tempfile
 
 import numpy as np
@@ -50,11 +48,6 @@ METRICS = ("diversity/distinct_1", "diversity/distinct_2", "diversity/distinct_3
 def add_args(group) -> None:
     group.add_argument("--samples", type=int, default=4,
                        help="answers per prompt and member (distinct-n is measured within a prompt's answers)")
-
-
-def _log(args, msg: str) -> None:
-    if not args.quiet:
-        print(msg, file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,39 +176,33 @@ def plot(results: dict[str, dict[str, float]], path: str, title: str, metrics=ME
     return path
 
 
-def run(args) -> dict:
-    from evals.generate import GenSettings, generate_answers
-    from evals.models import ShuffledMember, load_contestants, parse_models
-    from evals.report import write_json
+def run(args, tools=None) -> dict:
+    from evals.models import ShuffledMember
     from evals.suites.pairwise_elo import DEFAULT_PROMPTS, load_prompts
+    from evals.tools import SuiteTools
 
+    tools = tools or SuiteTools.from_args(args)
     n = int(args.samples)
     if n < 1:
         raise ValueError("--samples: at least 1 answer per prompt")
-    contestants = parse_models(args.models, base=args.base or None)
-    cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    os.makedirs(args.out, exist_ok=True)
+    contestants = tools.contestants()
     data = args.data or DEFAULT_PROMPTS
     recs = load_prompts(data, args.prompts)
     prompts = [r["prompt"] for r in recs]
-    settings = GenSettings.from_args(args)
-    members = load_contestants(contestants, cache_dir, announce=not args.quiet)
+    members = tools.load(contestants)
 
     results, answers = {}, {}
     for name, ms in members.items():
         texts, text_prompts, ents, tokenizer = [], [], [], None
         for mi, m in enumerate(ms):
             shuffled = isinstance(m, ShuffledMember)
-            base = m.inner if shuffled else m
-            tokenizer = base.tokenizer
+            tokenizer = (m.inner if shuffled else m).tokenizer
             for k in range(n):
                 desc = f"{name}[{mi}] s{k}" if len(ms) > 1 else f"{name} s{k}"
-                kw = dict(seed=args.seed + k, settings=settings, cache_dir=cache_dir, batch_size=args.batch_size,
-                          progress=not args.quiet, desc=desc)
                 if shuffled:  # evals.generate shuffles the inner member's cached answers; nothing sampled
-                    t, e = generate_answers(m, prompts, **kw), [None] * len(prompts)
+                    t, e = tools.generate(m, prompts, seed=args.seed + k, desc=desc), [None] * len(prompts)
                 else:
-                    t, e = answers_with_entropy(m, prompts, **kw)
+                    t, e = answers_with_entropy(m, prompts, **tools.generate_kwargs(seed=args.seed + k, desc=desc))
                 texts += t
                 ents += e
                 # pooled members' answers to one prompt form one group, like one prompt's rollouts
@@ -223,26 +210,24 @@ def run(args) -> dict:
         answers[name] = texts
         results[name] = contestant_metrics(texts, text_prompts, tokenizer,
                                            None if all(e is None for e in ents) else ents)
-        _log(args, f"diagnostics: {name}: " + ", ".join(f"{k}={results[name][k]:.4g}" for k in METRICS))
+        tools.log(f"diagnostics: {name}: " + ", ".join(f"{k}={results[name][k]:.4g}" for k in METRICS))
 
     q = len(prompts)
-    with open(os.path.join(args.out, "answers.jsonl"), "w") as f:
-        for i, r in enumerate(recs):
-            f.write(json.dumps({"id": r.get("id", i), "prompt": r["prompt"],
-                                "answers": {nm: a[i::q] for nm, a in answers.items()}}, ensure_ascii=False) + "\n")
+    tools.out.jsonl("answers.jsonl", ({"id": r.get("id", i), "prompt": r["prompt"],
+                                       "answers": {nm: a[i::q] for nm, a in answers.items()}}
+                                      for i, r in enumerate(recs)))
     title = args.title or f"diagnostics: {', '.join(results)} ({q} prompts x {n} samples)"
     payload = {"title": title, "suite": "diagnostics", "prompts": q, "samples": n, "data": os.path.abspath(data),
-               "seed": args.seed, "generation_settings": settings.key(), "metrics": list(METRICS),
+               "seed": args.seed, "generation_settings": tools.settings.key(), "metrics": list(METRICS),
                "models": results,
                "specs": {nm: [m.spec.label for m in ms] for nm, ms in members.items()},
                "fingerprints": {nm: [m.fingerprint for m in ms] for nm, ms in members.items()}}
-    write_json(os.path.join(args.out, "results.json"), payload)
-    plot(results, os.path.join(args.out, "diagnostics.png"), title)
+    tools.out.json("results.json", payload)
+    plot(results, tools.out.path("diagnostics.png"), title)
     table = format_table(results)
-    with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(f"# {title}\n\nThe trainer's metric names (rubric_jax.rl.diagnostics). distinct-n within each "
-                f"prompt's {n} samples; policy_entropy: mean per-token entropy of the sampled tokens' "
-                f"distributions (n/a for shuffled answers, which were not sampled in that order).\n\n{table}\n\n"
-                f"![diagnostics](diagnostics.png)\n")
+    tools.out.text("report.md", f"# {title}\n\nThe trainer's metric names (rubric_jax.rl.diagnostics). distinct-n "
+                   f"within each prompt's {n} samples; policy_entropy: mean per-token entropy of the sampled "
+                   f"tokens' distributions (n/a for shuffled answers, which were not sampled in that order).\n\n"
+                   f"{table}\n\n![diagnostics](diagnostics.png)\n")
     print(table, flush=True)  # the result on stdout, as pairwise_elo does; --quiet silences progress only
     return payload

@@ -29,10 +29,10 @@ import os
 import numpy as np
 
 from evals.generate import word_count
-from evals.report import write_json
 from evals.scorers import scale_criterion
-from evals.suites.rubric_score import (DATA_DIR, add_scorer_args, diagnostics, diagnostics_md, fmt, generate_all,
-                                       heatmap, judge_spec, log, make_pointwise)
+from evals.suites.rubric_score import (DATA_DIR, add_scorer_args, diagnostics, diagnostics_md, fmt, heatmap,
+                                       make_pointwise)
+from evals.tools import SuiteTools
 
 DEFAULT_ELEMENTS = os.path.join(DATA_DIR, "story_elements.json")
 KINDS = ("character", "object", "core concept", "attribute", "action", "method", "setting", "timeframe",
@@ -142,29 +142,23 @@ def add_args(group) -> None:
     add_scorer_args(group)
 
 
-def run(args) -> dict:
-    from evals.models import load_contestants, parse_models
-
+def run(args, tools=None) -> dict:
+    tools = tools or SuiteTools.from_args(args)
     if args.stories < 1 or not 0 < args.min_words <= args.max_words:
         raise ValueError("--stories must be >= 1 and 0 < --min_words <= --max_words")
-    contestants = parse_models(args.models, base=args.base or None)
-    jspec = judge_spec(args)
-    cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    os.makedirs(args.out, exist_ok=True)
+    contestants = tools.contestants()
+    jspec = tools.judge_spec()
     lists = load_elements(args.elements_file or DEFAULT_ELEMENTS)
     draws = [draw_elements(lists, args.elements, args.seed, k) for k in range(args.stories)]
     prompts = [story_prompt(d, args.min_words, args.max_words) for d in draws]
-    log(args, f"elements: {args.stories} stories x {args.elements} elements x {len(contestants)} models")
-    members = load_contestants(contestants, cache_dir, announce=not args.quiet)
-    answers = generate_all(args, members, prompts, [args.seed] * len(prompts), cache_dir)
+    tools.log(f"elements: {args.stories} stories x {args.elements} elements x {len(contestants)} models")
+    answers = tools.answers(tools.load(contestants), prompts)
     names = list(answers)
-    with open(os.path.join(args.out, "answers.jsonl"), "w", encoding="utf-8") as f:
-        for k, (d, p) in enumerate(zip(draws, prompts)):
-            f.write(json.dumps({"story": k, "elements": [list(e) for e in d], "prompt": p,
-                                "answers": {n: [a[k] for a in answers[n]] for n in names}}, ensure_ascii=False)
-                    + "\n")
+    tools.out.jsonl("answers.jsonl", ({"story": k, "elements": [list(e) for e in d], "prompt": p,
+                                       "answers": {n: [a[k] for a in answers[n]] for n in names}}
+                                      for k, (d, p) in enumerate(zip(draws, prompts))))
 
-    scorer = make_pointwise(args, cache_dir, jspec)
+    scorer = make_pointwise(args, tools, jspec)
     grades: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for k, (d, p) in enumerate(zip(draws, prompts)):
         crits, qids = questions(d)
@@ -172,7 +166,7 @@ def run(args) -> dict:
         pts = scorer.score(p, [t for _, t in flat], crits)
         for (n, _), row in zip(flat, pts):
             grades[n].append(dict(zip(qids, (float(v) for v in row))))
-        log(args, f"graded story {k + 1}/{len(prompts)}")
+        tools.log(f"graded story {k + 1}/{len(prompts)}")
     summary = summarise(grades)
     for n in names:
         wc = [word_count(t) for ans in answers[n] for t in ans]
@@ -181,7 +175,7 @@ def run(args) -> dict:
 
     cols = question_columns({kind for d in draws for kind, _ in d})
     mat = np.array([[summary[n]["per_question"].get(q, float("nan")) for q in cols] for n in names])
-    heatmap(mat, names, cols, os.path.join(args.out, "heatmap.png"), title="mean grade per question (0-10)",
+    heatmap(mat, names, cols, tools.out.path("heatmap.png"), title="mean grade per question (0-10)",
             vmax=MAX_POINTS)
     diag = diagnostics(answers, prompts)
     title = args.title or f"elements: {', '.join(names)} ({args.stories} stories, {args.elements} elements)"
@@ -193,7 +187,7 @@ def run(args) -> dict:
                        "seed": args.seed, "word_range": [args.min_words, args.max_words],
                        "score_mode": args.score_mode,
                        "generation": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}}}
-    write_json(os.path.join(args.out, "results.json"), result)
+    tools.out.json("results.json", result)
 
     md = [f"# {title}", "", "## Scores (0-10)", "",
           "Story score = mean of its questions; model score = mean over stories. Craft = the eight craft "
@@ -208,7 +202,6 @@ def run(args) -> dict:
     md += [f"| {q} | " + " | ".join(fmt(v) for v in mat[:, j]) + " |" for j, q in enumerate(cols)]
     md.append("")
     md += diagnostics_md(diag)
-    with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
+    tools.out.text("report.md", "\n".join(md))
     print("\n".join(md[:md.index("## Per question")]), flush=True)
     return result

@@ -27,11 +27,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from typing import Sequence
 
 import numpy as np
-from evals.report import write_json
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                             "rubric_jax", "data", "scripts_test.jsonl")
@@ -291,11 +289,6 @@ def add_args(group) -> None:
                        help="how an in-process judge reads 0/1/2 (hard: most probable integer, as in the paper)")
 
 
-def _log(args, msg: str, end: str = "\n") -> None:
-    if not args.quiet:
-        print(msg, end=end, file=sys.stderr, flush=True)
-
-
 def load_requests(path: str, n: int) -> list[dict]:
     recs = []
     with open(path, encoding="utf-8") as f:
@@ -330,91 +323,79 @@ def model_summary(scores: np.ndarray, types: Sequence[str], *, reps: int, seed: 
             "unreadable": int(np.isnan(scores).sum()), "per_script": {c: norm[c].tolist() for c in cols}}
 
 
-def run(args) -> dict:
-    from evals.generate import GenSettings, generate_answers
-    from evals.models import load_contestants, parse_models
-    from evals.scorers import make_scorer
+def run(args, tools=None) -> dict:
+    from evals.tools import SuiteTools
     from rubric_jax.rl.diagnostics import text_diagnostics
 
-    judge_spec = (args.judge or (args.judges or "").split(",")[0]).strip()
-    if not judge_spec:
-        raise ValueError("--judge: give a judge model (path, embedded name or openai:MODEL@BASE_URL)")
+    tools = tools or SuiteTools.from_args(args)
+    judge_spec = args.judge.strip() or tools.judge_specs()[0]
     if args.tie_eps < 0 or args.tie_eps > 0.5:
         raise ValueError("--tie_eps must be in [0, 0.5]")
     data = os.path.abspath(args.fixed_data or DEFAULT_DATA)
     recs = load_requests(data, args.prompts)
     prompts, types = [r["prompt"] for r in recs], [r["task"] for r in recs]
-    cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    os.makedirs(args.out, exist_ok=True)
-    settings = GenSettings.from_args(args)
-    members = load_contestants(parse_models(args.models, base=args.base or None), cache_dir, announce=not args.quiet)
+    members = tools.load()
     names = list(members)
     pair = [s.strip() for s in args.fixed_pair.split(",") if s.strip()] or names[:2]
     # one model alone: pointwise scores only (there is nothing to compare it with)
     if (len(names) > 1 or args.fixed_pair) and (len(pair) != 2 or any(p not in members for p in pair)
                                                  or pair[0] == pair[1]):
         raise ValueError(f"--fixed_pair: expected two different model names out of {names}, got {args.fixed_pair!r}")
-    remote = dict(timeout_s=args.remote_timeout, concurrency=args.remote_concurrency)
-    scorer = make_scorer(judge_spec, cache_dir, mode=args.fixed_score_mode, remote=remote)
+    scorer = tools.scorer(judge_spec, mode=args.fixed_score_mode)
     crits = criteria()
 
     result = {"models": {}}
     answers = {}
     for name in names:
         member = members[name][0]  # a pooled contestant is scored on its first member
-        _log(args, f"fixed_rubric: generating {len(prompts)} scripts for {name}")
-        answers[name] = generate_answers(member, prompts, seed=args.seed, settings=settings, cache_dir=cache_dir,
-                                         batch_size=args.batch_size, progress=not args.quiet, desc=name)
+        tools.log(f"fixed_rubric: generating {len(prompts)} scripts for {name}")
+        answers[name] = tools.generate(member, prompts, desc=name)
         scores = np.full((len(prompts), len(crits)), np.nan)
         for q, (prompt, ans) in enumerate(zip(prompts, answers[name])):
-            _log(args, f"\rfixed_rubric: scoring {name} {q + 1}/{len(prompts)}", end="")
+            tools.log(f"\rfixed_rubric: scoring {name} {q + 1}/{len(prompts)}", end="")
             scores[q] = scorer.score(prompt, [ans], crits)[0]
-        _log(args, "")
+        tools.log("")
         summ = model_summary(scores, types, reps=args.bootstrap, seed=args.seed)
         summ["scores"] = scores.tolist()
         summ["diagnostics"] = text_diagnostics(answers[name], prompts, getattr(member, "inner", member).tokenizer)
         result["models"][name] = summ
 
+    judge = None
     if len(names) > 1:
-        _pairwise(args, result, judge_spec, cache_dir, prompts, types, answers, pair)
-    with open(os.path.join(args.out, "answers.jsonl"), "w", encoding="utf-8") as f:
-        for q, r in enumerate(recs):
-            f.write(json.dumps({**r, "answers": {n: answers[n][q] for n in names}}, ensure_ascii=False) + "\n")
+        judge = tools.judge(judge_spec)
+        result["pairwise"] = _pairwise(args, tools, judge, prompts, types, answers, pair)
+    tools.out.jsonl("answers.jsonl", ({**r, "answers": {n: answers[n][q] for n in names}} for q, r in enumerate(recs)))
     result["requests"] = [{"id": r["id"], "task": r["task"]} for r in recs]
     result["eval"] = {"suite": "fixed_rubric", "data": data, "requests": len(recs), "judge": judge_spec,
                       "judge_questions": getattr(args, "judge_questions", "better"),
-                      "scorer_fingerprint": scorer.fingerprint, "judge_fingerprint": result.pop("_jfp", None),
+                      "scorer_fingerprint": scorer.fingerprint,
+                      "judge_fingerprint": None if judge is None else judge.fingerprint,
                       "score_mode": args.fixed_score_mode, "tie_eps": args.tie_eps, "seed": args.seed,
-                      "generation": settings.key(), "bootstrap_reps": args.bootstrap, "level": 0.95,
+                      "generation": tools.settings.key(), "bootstrap_reps": args.bootstrap, "level": 0.95,
                       "metrics": {m[1]: {"category": m[0], "name": m[2]} for m in METRICS}}
     title = args.title or f"fixed_rubric: {', '.join(names)} ({len(recs)} requests)"
     result["title"] = title
-    write_json(os.path.join(args.out, "results.json"), result)
-    with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
-        f.write(render_markdown(result, title))
-    plot(result, os.path.join(args.out, "fixed_rubric.png"), title)
+    tools.out.json("results.json", result)
+    tools.out.text("report.md", render_markdown(result, title))
+    plot(result, tools.out.path("fixed_rubric.png"), title)
     print(format_table(result), flush=True)
     return result
 
 
-def _pairwise(args, result, judge_spec, cache_dir, prompts, types, answers, pair) -> None:
-    """Blind pairwise validation: both orders per request, one overall criterion; into result["pairwise"]."""
-    from evals.judges import suite_judge
+def _pairwise(args, tools, judge, prompts, types, answers, pair) -> dict:
+    """Blind pairwise validation: both orders per request, one overall criterion."""
     from rubric_jax.rubrics.types import Criterion
 
-    judge = suite_judge(args, judge_spec, cache_dir)
     crit = Criterion(id="overall_script", name="Overall script quality", check=PAIR_CRITERION_TEXT)
     p_ab, p_ba = np.empty(len(prompts)), np.empty(len(prompts))
     for q, prompt in enumerate(prompts):
-        _log(args, f"\rfixed_rubric: pairwise {q + 1}/{len(prompts)}", end="")
+        tools.log(f"\rfixed_rubric: pairwise {q + 1}/{len(prompts)}", end="")
         p = judge.p_first(prompt, [answers[pair[0]][q], answers[pair[1]][q]], [(0, 1), (1, 0)], [crit])[:, 0]
         p_ab[q], p_ba[q] = p
-    _log(args, "")
+    tools.log("")
     outcome, agree = pair_outcomes(p_ab, p_ba, args.tie_eps)
-    result["pairwise"] = {"a": pair[0], "b": pair[1], "p_ab": p_ab.tolist(), "p_ba": p_ba.tolist(),
-                          "outcome": outcome.tolist(),
-                          **summarise_pairwise(outcome, agree, types, reps=args.bootstrap, seed=args.seed)}
-    result["_jfp"] = judge.fingerprint
+    return {"a": pair[0], "b": pair[1], "p_ab": p_ab.tolist(), "p_ba": p_ba.tolist(), "outcome": outcome.tolist(),
+            **summarise_pairwise(outcome, agree, types, reps=args.bootstrap, seed=args.seed)}
 
 
 def format_table(result: dict) -> str:

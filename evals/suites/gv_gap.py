@@ -48,10 +48,8 @@ Writes answers.jsonl, results.json, report.md and gv_gap.png into --out.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import sys
 from typing import Callable, Sequence
 
 import numpy as np
@@ -200,11 +198,6 @@ def add_args(group) -> None:
                        help="ranked pairs: the reference must prefer one side by more than this over 1/2")
 
 
-def _log(args, msg: str) -> None:
-    if not args.quiet:
-        print(msg, file=sys.stderr, flush=True)
-
-
 def _fmt(b: dict) -> str:
     def f(x):
         return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
@@ -262,13 +255,13 @@ def _plot(stats: dict, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def run(args) -> dict:
-    from evals.generate import GenSettings, generate_answers
-    from evals.judges import OVERALL, suite_judge
-    from evals.models import load_contestants, parse_models
-    from evals.report import strict_json, write_json
+def run(args, tools=None) -> dict:
+    from evals.judges import OVERALL
+    from evals.report import strict_json
     from evals.suites.pairwise_elo import DEFAULT_PROMPTS, load_prompts
+    from evals.tools import SuiteTools
 
+    tools = tools or SuiteTools.from_args(args)
     n = int(args.samples)
     if n < 2:
         raise ValueError("--samples: gv_gap needs at least 2 answers per prompt")
@@ -276,25 +269,19 @@ def run(args) -> dict:
         raise ValueError("--margin: must be in [0, 0.5)")
     if not args.judge:
         raise ValueError("--judge: give a judge model (path, embedded name or openai:MODEL@BASE_URL)")
-    policy = parse_models(args.models, base=args.base or None)[0]
+    policy = tools.contestants()[0]
     if len(policy.members) != 1 or policy.members[0].shuffled:
         raise ValueError("--models: gv_gap's policy (the first entry) must be one plain model")
-    cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    os.makedirs(args.out, exist_ok=True)
     data = args.data or DEFAULT_PROMPTS
     recs = load_prompts(data, args.prompts)
     prompts = [r["prompt"] for r in recs]
-    settings = GenSettings.from_args(args)
-    member = load_contestants([policy], cache_dir, announce=not args.quiet)[policy.name][0]
-    # samples[k][q]: seed + k gives sample k of every prompt (one cached generate_answers call per k)
-    samples = [generate_answers(member, prompts, seed=args.seed + k, settings=settings, cache_dir=cache_dir,
-                                batch_size=args.batch_size, progress=not args.quiet, desc=f"{policy.name} s{k}")
-               for k in range(n)]
+    member = tools.load([policy])[policy.name][0]
+    # samples[k][q]: seed + k gives sample k of every prompt (one cached generate call per k)
+    samples = [tools.generate(member, prompts, seed=args.seed + k, desc=f"{policy.name} s{k}") for k in range(n)]
 
     ref_spec = (args.reference_judge or args.judge).strip()
     self_ref = ref_spec == args.judge.strip()
-    judge = suite_judge(args, args.judge, cache_dir)
-    ref = judge if self_ref else suite_judge(args, ref_spec, cache_dir)
+    judge, ref = tools.judge(args.judge), tools.judge(ref_spec)
     crit = [OVERALL]
     all_pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
 
@@ -331,39 +318,37 @@ def run(args) -> dict:
         gains[q] = generation_gain(pr, pick)
         per_prompt.append({"id": recs[q].get("id", q), "pick": pick, "gain": gains[q], "known": kinds,
                            "ranked_pairs": len(conf), "ranked_right": int(ranked["correct"][q])})
-        _log(args, f"gv_gap: prompt {q + 1}/{len(prompts)}: known {int(known['correct'][q])}/"
-                   f"{int(known['total'][q])}, ranked {int(ranked['correct'][q])}/{len(conf)}, "
-                   f"pick {pick}, gain {gains[q]:.3f}")
+        tools.log(f"gv_gap: prompt {q + 1}/{len(prompts)}: known {int(known['correct'][q])}/"
+                  f"{int(known['total'][q])}, ranked {int(ranked['correct'][q])}/{len(conf)}, "
+                  f"pick {pick}, gain {gains[q]:.3f}")
 
-    with open(os.path.join(args.out, "answers.jsonl"), "w") as f:
-        for q, r in enumerate(recs):
-            f.write(json.dumps({"id": r.get("id", q), "prompt": r["prompt"], "answers": [s[q] for s in samples],
-                                "pick": per_prompt[q]["pick"]}, ensure_ascii=False) + "\n")
+    tools.out.jsonl("answers.jsonl", ({"id": r.get("id", q), "prompt": r["prompt"],
+                                       "answers": [s[q] for s in samples], "pick": per_prompt[q]["pick"]}
+                                      for q, r in enumerate(recs)))
     stats = summarize(known, ranked, gains, self_referential=self_ref, reps=args.bootstrap, seed=args.seed)
     stats["verification_known_by_kind"] = by_kind([k for p in per_prompt for k in p["known"]])
     result = {
         "suite": "gv_gap", "policy": policy.name, "judge": args.judge, "reference_judge": ref_spec,
         "judge_questions": getattr(args, "judge_questions", "better"),
         "self_referential": self_ref, "samples": n, "margin": args.margin, "prompts": len(prompts),
-        "data": os.path.abspath(data), "seed": args.seed, "generation_settings": settings.key(),
+        "data": os.path.abspath(data), "seed": args.seed, "generation_settings": tools.settings.key(),
         "level": LEVEL, "bootstrap": args.bootstrap, **stats, "per_prompt": per_prompt,
         "fingerprints": {"policy": member.fingerprint, "judge": judge.fingerprint, "reference": ref.fingerprint},
     }
     title = args.title or f"gv_gap: {policy.name} judged by {args.judge} ({len(prompts)} prompts x {n} samples)"
     result["title"] = title
-    write_json(os.path.join(args.out, "results.json"), result)
+    tools.out.json("results.json", result)
     stats = strict_json(stats)
-    _plot(stats, os.path.join(args.out, "gv_gap.png"), title)
+    _plot(stats, tools.out.path("gv_gap.png"), title)
     table = format_table(stats)
     note = ("**Self-referential**: no --reference_judge, so the judge is its own reference: ranked-pair "
             "accuracy (b) is 1 by construction and the gap uses the known pairs (a); generation is the judge "
             "grading its own pick (>= 0.5 by construction), not an independent measure of quality." if self_ref else
             f"Reference judge: `{ref_spec}` (ranked pairs with |P_R - 1/2| > {args.margin}).")
-    with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(f"# {title}\n\n{note}\n\nVerification: share of pairs whose known better side the judge prefers "
-                f"(chance 0.5). Generation: reference win rate of the judge's best-of-{n} pick over a random "
-                f"sample of the same {n} (no gain 0.5). Gap = (V - 0.5) - (G - 0.5). Intervals: "
-                f"{int(100 * LEVEL)}% bootstrap over prompts ({args.bootstrap} resamples).\n\n{table}\n\n"
-                f"![gv_gap](gv_gap.png)\n")
+    tools.out.text("report.md", f"# {title}\n\n{note}\n\nVerification: share of pairs whose known better side the "
+                   f"judge prefers (chance 0.5). Generation: reference win rate of the judge's best-of-{n} pick over "
+                   f"a random sample of the same {n} (no gain 0.5). Gap = (V - 0.5) - (G - 0.5). Intervals: "
+                   f"{int(100 * LEVEL)}% bootstrap over prompts ({args.bootstrap} resamples).\n\n{table}\n\n"
+                   f"![gv_gap](gv_gap.png)\n")
     print(table, flush=True)  # the result on stdout, as pairwise_elo does; --quiet silences progress only
     return result

@@ -34,11 +34,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from typing import Sequence
 
 import numpy as np
-from evals.report import write_json
 
 DEFAULT_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                             "health_eval.jsonl")
@@ -272,29 +270,17 @@ def _criteria(ex: dict):
             for i, r in enumerate(ex["rubrics"])]
 
 
-def _log(args, msg: str) -> None:
-    if not args.quiet:
-        print(msg, file=sys.stderr, flush=True)
-
-
-def run(args) -> dict:
-    from evals.generate import GenSettings, generate_answers
-    from evals.models import load_contestants, parse_models
-    from evals.scorers import make_scorer
+def run(args, tools=None) -> dict:
+    from evals.tools import SuiteTools
     from rubric_jax.rl.diagnostics import text_diagnostics
 
-    judge_spec = (args.judge or (args.judges or "").split(",")[0]).strip()
-    if not judge_spec:
-        raise ValueError("--judge: give a judge model (path, embedded name or openai:MODEL@BASE_URL)")
+    tools = tools or SuiteTools.from_args(args)
+    judge_spec = args.judge.strip() or tools.judge_specs()[0]
     data = os.path.abspath(args.health_data or DEFAULT_DATA)
     examples = load_examples(data, args.prompts)
     prompts = [prompt_text(ex["messages"]) for ex in examples]
-    cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    os.makedirs(args.out, exist_ok=True)
-    settings = GenSettings.from_args(args)
-    members = load_contestants(parse_models(args.models, base=args.base or None), cache_dir, announce=not args.quiet)
-    remote = dict(timeout_s=args.remote_timeout, concurrency=args.remote_concurrency)
-    scorer = make_scorer(judge_spec, cache_dir, remote=remote)
+    members = tools.load()
+    scorer = tools.scorer(judge_spec)
     level = 0.95
 
     result = {"models": {}, "examples": [{"prompt_id": ex["prompt_id"], "example_tags": ex["example_tags"]}
@@ -302,18 +288,16 @@ def run(args) -> dict:
     answers_out = {}
     for name, ms in members.items():
         member = ms[0]  # a pooled contestant is scored on its first member (one answer per example)
-        _log(args, f"health: generating {len(prompts)} answers for {name}")
-        answers = generate_answers(member, prompts, seed=args.seed, settings=settings, cache_dir=cache_dir,
-                                   batch_size=args.batch_size, progress=not args.quiet, desc=name)
+        tools.log(f"health: generating {len(prompts)} answers for {name}")
+        answers = tools.generate(member, prompts, desc=name)
         answers_out[name] = answers
         met, unreadable = [], 0
         for e, (ex, prompt, ans) in enumerate(zip(examples, prompts, answers)):
-            if not args.quiet:
-                print(f"\rhealth: judging {name} {e + 1}/{len(examples)}", end="", file=sys.stderr, flush=True)
+            tools.log(f"\rhealth: judging {name} {e + 1}/{len(examples)}", end="")
             s = scorer.score(prompt, [ans], _criteria(ex))[0]
             unreadable += int(np.isnan(s).sum())
             met.append([bool(v >= MET_THRESHOLD) for v in np.nan_to_num(s, nan=0.0)])
-        _log(args, "")
+        tools.log("")
         ts = tag_scores(examples, met, reps=args.bootstrap, seed=args.seed, level=level)
         tok = getattr(member, "inner", member).tokenizer
         result["models"][name] = {
@@ -324,19 +308,17 @@ def run(args) -> dict:
         for ex_res, s, m in zip(result["examples"], ts["per_example"], met):
             ex_res.setdefault("scores", {})[name] = s
             ex_res.setdefault("met", {})[name] = m
-    with open(os.path.join(args.out, "answers.jsonl"), "w", encoding="utf-8") as f:
-        for q, ex in enumerate(examples):
-            f.write(json.dumps({"prompt_id": ex["prompt_id"], "prompt": prompts[q],
-                                "answers": {n: a[q] for n, a in answers_out.items()}}, ensure_ascii=False) + "\n")
+    tools.out.jsonl("answers.jsonl", ({"prompt_id": ex["prompt_id"], "prompt": prompts[q],
+                                       "answers": {n: a[q] for n, a in answers_out.items()}}
+                                      for q, ex in enumerate(examples)))
     result["eval"] = {"suite": "health", "data": data, "examples": len(examples), "judge": judge_spec,
-                      "judge_fingerprint": scorer.fingerprint, "seed": args.seed, "generation": settings.key(),
+                      "judge_fingerprint": scorer.fingerprint, "seed": args.seed, "generation": tools.settings.key(),
                       "bootstrap_reps": args.bootstrap, "level": level, "met_threshold": MET_THRESHOLD}
     title = args.title or f"health: {', '.join(result['models'])} ({len(examples)} examples)"
     result["title"] = title
-    write_json(os.path.join(args.out, "results.json"), result)
-    with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
-        f.write(render_markdown(result, title))
-    plot_scores(result, os.path.join(args.out, "health_scores.png"), title)
+    tools.out.json("results.json", result)
+    tools.out.text("report.md", render_markdown(result, title))
+    plot_scores(result, tools.out.path("health_scores.png"), title)
     print(format_table(result), flush=True)
     return result
 

@@ -9,15 +9,14 @@ go to `evals.bradley_terry.rate`, the result to `evals.report.write_report`.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 
-from evals.generate import GenSettings, generate_answers, word_count
-from evals.judges import parse_criteria, suite_judge
-from evals.models import load_contestants, parse_models
+from evals.generate import word_count
+from evals.judges import parse_criteria
 from evals.report import write_report
+from evals.tools import SuiteTools
 
 
 DEFAULT_PROMPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
@@ -114,38 +113,24 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> dict:
-    """args: the parsed command line (see evals.run)."""
-    contestants = parse_models(args.models, base=args.base or None)
-    if len(contestants) < 2:
-        raise ValueError(f"--models: pairwise_elo needs at least two contestants, got {len(contestants)}")
-    judge_specs = [s.strip() for s in (args.judges or args.judge or "").split(",") if s.strip()]
-    if not judge_specs:
-        raise ValueError("--judge: give a judge model (path, embedded name or openai:MODEL@BASE_URL)")
+def run(args, tools=None) -> dict:
+    """args: the parsed command line (see evals.run); tools: its evals.tools.SuiteTools."""
+    tools = tools or SuiteTools.from_args(args)
+    contestants = tools.contestants(min_count=2)
+    judge_specs = tools.judge_specs()
     criteria = parse_criteria(args.criteria)
-    cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    os.makedirs(args.out, exist_ok=True)
     recs = load_prompts(args.data or DEFAULT_PROMPTS, args.prompts)
     prompts = [r["prompt"] for r in recs]
-    settings = GenSettings.from_args(args)
-    members = load_contestants(contestants, cache_dir, announce=True)
-
-    answers: dict[str, list[list[str]]] = {}
-    for name, ms in members.items():
-        answers[name] = [generate_answers(m, prompts, seed=args.seed, settings=settings, cache_dir=cache_dir,
-                                          batch_size=args.batch_size, progress=not args.quiet,
-                                          desc=f"{name}[{k}]" if len(ms) > 1 else name)
-                         for k, m in enumerate(ms)]
-    with open(os.path.join(args.out, "answers.jsonl"), "w") as f:
-        for q, r in enumerate(recs):
-            f.write(json.dumps({"id": r.get("id", q), "prompt": r["prompt"],
-                                "answers": {n: [a[q] for a in answers[n]] for n in answers}},
-                               ensure_ascii=False) + "\n")
+    members = tools.load(contestants, announce=True)
+    answers = tools.answers(members, prompts)
+    tools.out.jsonl("answers.jsonl", ({"id": r.get("id", q), "prompt": r["prompt"],
+                                       "answers": {n: [a[q] for a in answers[n]] for n in answers}}
+                                      for q, r in enumerate(recs)))
 
     questions = getattr(args, "judge_questions", "better") or "better"
-    judges = [(spec, suite_judge(args, spec, cache_dir)) for spec in judge_specs]
+    judges = [(spec, tools.judge(spec)) for spec in judge_specs]
     comps = collect(prompts, answers, judges, criteria, progress=not args.quiet)
-    np.savez(os.path.join(args.out, "comparisons.npz"), **comps)
+    np.savez(tools.out.path("comparisons.npz"), **comps)
 
     from evals.bradley_terry import rate
 
@@ -158,12 +143,12 @@ def run(args) -> dict:
         "suite": "pairwise_elo", "prompts": len(prompts), "data": os.path.abspath(args.data or DEFAULT_PROMPTS),
         "criteria": [c.id for c in criteria], "judges": judge_specs, "seed": args.seed,
         "judge_questions": questions,
-        "generation": settings.key(),
+        "generation": tools.settings.key(),
         "models": {n: [{"spec": m.spec.label, "kind": m.spec.kind, "fingerprint": m.fingerprint} for m in ms]
                    for n, ms in members.items()},
         "judge_fingerprints": {spec: j.fingerprint for spec, j in judges},
     }
     title = args.title or f"pairwise_elo: {', '.join(names)} ({len(prompts)} prompts)"
-    write_report(result, args.out, title=title)
+    write_report(result, tools.out.dir, title=title)
     print(format_table(result), flush=True)
     return result

@@ -41,13 +41,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import numpy as np
 
-from evals.generate import GenSettings, generate_answers, word_count
-from evals.report import write_json
+from evals.generate import word_count
 from evals.scorers import scale_criterion
+from evals.tools import SuiteTools
 from rubric_jax.rubrics.types import Criterion
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
@@ -199,11 +198,6 @@ def rate_margins(comps: dict, names: list[str], *, bootstrap_reps: int = 0, seed
 
 # ---- shared running helpers (also used by evals.suites.elements) -----------------------------------------
 
-def log(args, msg: str) -> None:
-    if not args.quiet:
-        print(msg, file=sys.stderr, flush=True)
-
-
 def add_scorer_args(group) -> None:
     group.add_argument("--score_mode", default="auto", choices=("auto", "logit", "hard", "generate"),
                        help="pointwise scorer mode (evals.scorers; auto: generate for the 0-10 / 0-20 scales; "
@@ -212,41 +206,11 @@ def add_scorer_args(group) -> None:
                        help="tokens the in-process judge may write before its 'Score: N' line")
 
 
-def make_pointwise(args, cache_dir: str, spec: str):
-    from evals.scorers import make_scorer
-
+def make_pointwise(args, tools, spec: str):
+    """The pointwise scorer with --score_mode and --score_tokens (an in-process judge reads them)."""
     if args.score_tokens < 8:
         raise ValueError("--score_tokens must be >= 8")
-    remote = dict(timeout_s=args.remote_timeout, concurrency=args.remote_concurrency)
-    if spec.startswith("openai:"):
-        return make_scorer(spec, cache_dir, remote=remote)
-    return make_scorer(spec, cache_dir, mode=args.score_mode, gen_max_new_tokens=args.score_tokens)
-
-
-def judge_spec(args) -> str:
-    specs = [s.strip() for s in (args.judges or args.judge or "").split(",") if s.strip()]
-    if len(specs) != 1:
-        raise ValueError("--judge: give exactly one judge model (path, embedded name or openai:MODEL@BASE_URL)")
-    return specs[0]
-
-
-def generate_all(args, members: dict, prompts: list[str], seeds: list[int], cache_dir: str) -> dict:
-    """answers[name][member][item] with item k sampled under seed seeds[k] (grouped so each seed is one call)."""
-    settings = GenSettings.from_args(args)
-    answers = {}
-    for name, ms in members.items():
-        answers[name] = []
-        for k, m in enumerate(ms):
-            got = [""] * len(prompts)
-            for s in sorted(set(seeds)):
-                idx = [i for i, x in enumerate(seeds) if x == s]
-                texts = generate_answers(m, [prompts[i] for i in idx], seed=s, settings=settings,
-                                         cache_dir=cache_dir, batch_size=args.batch_size, progress=not args.quiet,
-                                         desc=f"{name}[{k}]" if len(ms) > 1 else name)
-                for i, t in zip(idx, texts):
-                    got[i] = t
-            answers[name].append(got)
-    return answers
+    return tools.scorer(spec, mode=args.score_mode, gen_max_new_tokens=args.score_tokens)
 
 
 def diagnostics(answers: dict, prompts: list[str]) -> dict:
@@ -305,17 +269,14 @@ def add_args(group) -> None:
     add_scorer_args(group)
 
 
-def run(args) -> dict:
-    from evals.judges import suite_judge
-    from evals.models import load_contestants, parse_models
+def run(args, tools=None) -> dict:
     from evals.report import plot_ratings, plot_win_rates, render_markdown
 
+    tools = tools or SuiteTools.from_args(args)
     if args.iterations < 1 or args.modifiers < 0:
         raise ValueError("--iterations must be >= 1 and --modifiers >= 0")
-    contestants = parse_models(args.models, base=args.base or None)
-    jspec = judge_spec(args)
-    cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-    os.makedirs(args.out, exist_ok=True)
+    contestants = tools.contestants()
+    jspec = tools.judge_spec()
     data = args.data or DEFAULT_PROMPTS
     prompts = load_cwv3_prompts(data)
     if args.prompts:
@@ -326,25 +287,22 @@ def run(args) -> dict:
         prompts = [{**p, "seed_modifiers": p["seed_modifiers"][:args.modifiers]} for p in prompts]
     items = expand_items(prompts, args.iterations)
     texts = [it["prompt"] for it in items]
-    log(args, f"rubric_score: {len(prompts)} prompts -> {len(items)} items x {len(contestants)} models")
-    members = load_contestants(contestants, cache_dir, announce=not args.quiet)
-    answers = generate_all(args, members, texts, [args.seed + it["iteration"] for it in items], cache_dir)
+    tools.log(f"rubric_score: {len(prompts)} prompts -> {len(items)} items x {len(contestants)} models")
+    answers = tools.answers(tools.load(contestants), texts, [args.seed + it["iteration"] for it in items])
     names = list(answers)
-    with open(os.path.join(args.out, "answers.jsonl"), "w", encoding="utf-8") as f:
-        for q, it in enumerate(items):
-            f.write(json.dumps({**it, "answers": {n: [a[q] for a in answers[n]] for n in names}},
-                               ensure_ascii=False) + "\n")
+    tools.out.jsonl("answers.jsonl", ({**it, "answers": {n: [a[q] for a in answers[n]] for n in names}}
+                                      for q, it in enumerate(items)))
 
     # pointwise: all answers of one item scored together (one batched judge call per item)
     crits, negative = criteria()
-    scorer = make_pointwise(args, cache_dir, jspec)
+    scorer = make_pointwise(args, tools, jspec)
     raw = {n: [] for n in names}  # name -> list of (C,) raw points
     for q, prompt in enumerate(texts):
         flat = [(n, ans[q]) for n in names for ans in answers[n]]
         pts = scorer.score(prompt, [t for _, t in flat], crits)
         for (n, _), row in zip(flat, pts):
             raw[n].append(row)
-        log(args, f"scored item {q + 1}/{len(items)}")
+        tools.log(f"scored item {q + 1}/{len(items)}")
     rubric_models = []
     for n in names:
         pts = invert_negative(np.asarray(raw[n]), negative)
@@ -360,7 +318,7 @@ def run(args) -> dict:
 
     pairwise = None
     if len(names) >= 2:
-        judge = suite_judge(args, jspec, cache_dir)
+        judge = tools.judge(jspec)
         rows = {k: [] for k in ("a", "b", "p_a", "prompt", "len_a", "len_b")}
         for q, prompt in enumerate(texts):
             flat = [(ci, ans[q]) for ci, n in enumerate(names) for ans in answers[n]]
@@ -370,9 +328,9 @@ def run(args) -> dict:
                 for k, v in zip(rows, (flat[x][0], flat[y][0], pa, q, word_count(flat[x][1]),
                                        word_count(flat[y][1]))):
                     rows[k].append(v)
-            log(args, f"compared item {q + 1}/{len(items)}")
+            tools.log(f"compared item {q + 1}/{len(items)}")
         comps = {k: np.asarray(v) for k, v in rows.items()}
-        np.savez(os.path.join(args.out, "comparisons.npz"), margin=margins(comps["p_a"]), **comps)
+        np.savez(tools.out.path("comparisons.npz"), margin=margins(comps["p_a"]), **comps)
         pairwise = rate_margins(comps, names, bootstrap_reps=args.bootstrap, seed=args.seed)
 
     diag = diagnostics(answers, texts)
@@ -386,11 +344,11 @@ def run(args) -> dict:
                        "judge_questions": getattr(args, "judge_questions", "better"),
                        "score_mode": args.score_mode, "generation": {"max_new_tokens": args.max_new_tokens,
                                                                      "temperature": args.temperature}}}
-    write_json(os.path.join(args.out, "results.json"), result)
+    tools.out.json("results.json", result)
 
     mat = np.array([[m["per_criterion"][c.id] for c in crits] for m in rubric_models])
     heatmap(mat, names, [c.id + (" (inv)" if neg else "") for c, neg in zip(crits, negative)],
-            os.path.join(args.out, "rubric_scores.png"), title="criterion scores (0-20, negatives inverted)",
+            tools.out.path("rubric_scores.png"), title="criterion scores (0-20, negatives inverted)",
             vmax=MAX_POINTS)
     md = [f"# {title}", "", "## Rubric scores", "",
           f"Mean of {len(crits)} criteria scored 0-20 ({len(NEGATIVE)} negative ones inverted, 20 - s); "
@@ -403,8 +361,8 @@ def run(args) -> dict:
            for j, (c, neg) in enumerate(zip(crits, negative))]
     md.append("")
     if pairwise is not None:
-        plot_ratings(pairwise, os.path.join(args.out, "ratings.png"), title="margin-weighted Bradley-Terry")
-        plot_win_rates(pairwise, os.path.join(args.out, "win_rates.png"), title="margin-weighted win rates")
+        plot_ratings(pairwise, tools.out.path("ratings.png"), title="margin-weighted Bradley-Terry")
+        plot_win_rates(pairwise, tools.out.path("win_rates.png"), title="margin-weighted win rates")
         md += ["## Pairwise (margin-weighted)", "",
                f"Margins from |p - 0.5|: < {MARGIN_THRESHOLDS[0]} '+', < {MARGIN_THRESHOLDS[1]} '++', else '+++'; "
                "outcome 0.5 + m/6 fitted by Bradley-Terry.", "", "| model | " + " | ".join(
@@ -416,8 +374,7 @@ def run(args) -> dict:
                                                             "win_rates.png": "win_rates.png"})
         md += ["", *["#" + line if line.startswith("## ") else line for line in body.split("\n")[2:]]]
     md += diagnostics_md(diag)
-    with open(os.path.join(args.out, "report.md"), "w", encoding="utf-8") as f:
-        f.write("\n".join(md))
+    tools.out.text("report.md", "\n".join(md))
     print("\n".join(md[:md.index("![criterion scores](rubric_scores.png)")]), flush=True)
     if pairwise is not None:
         print("\n".join(f"{m['name']:<20} elo {fmt(m['elo'], 0):>6}" for m in pairwise["models"]), flush=True)

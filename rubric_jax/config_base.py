@@ -57,7 +57,7 @@ def base_config() -> ml_collections.ConfigDict:
     # with_constraints: train only on records that carry constraints (RLMR)
     c.data = ml_collections.ConfigDict(dict(path="creative_writing", seed=0, task="", with_constraints=False))
     c.sampling = ml_collections.ConfigDict(dict(temperature=0.7, top_k=20, top_p=0.8, min_p=0.0))
-    c.lora = ml_collections.ConfigDict(dict(rank=32, alpha=32.0, dropout=0.05, targets=list(ALL_TARGETS)))
+    c.lora = ml_collections.ConfigDict(dict(rank=32, alpha=32.0, dropout=0.05, targets=tuple(ALL_TARGETS)))
     # What the update trains: "lora" (adapters on the frozen base; the KL reference is the base) or "full"
     # (every weight; the reference and the judge are a frozen copy of the starting weights, and checkpoints
     # hold the full parameters). RARE's paper trains full parameters.

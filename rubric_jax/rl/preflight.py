@@ -207,21 +207,16 @@ def _sections(config) -> dict[str, Any]:
     # Imported here: these modules pull in JAX programs that `check` itself does not need.
     from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
     from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
-    from rubric_jax.rl.reward import reward_config  # noqa: PLC0415
-
+    from rubric_jax.rl.reward import judge_config, reward_config  # noqa: PLC0415
     from rubric_jax import methods  # noqa: PLC0415
-
-    _choice(config, "reward.method", methods.method_choices())
+    from rubric_jax.judge.pairings import PAIRINGS  # noqa: PLC0415
     from rubric_jax.methods.terms import TERMS  # noqa: PLC0415
 
+    _choice(config, "reward.method", methods.method_choices())
     out = {"reward": _section(config, "reward", lambda: reward_config(config, TERMS))}
-    from rubric_jax.rl.reward import judge_config  # noqa: PLC0415
-
-    out["judge"] = _section(config, "judge", lambda: judge_config(config))
     _choice(config, "judge.comparison", COMPARISONS)
-    from rubric_jax.judge.pairings import PAIRINGS  # noqa: PLC0415
-
     _choice(config, "judge.pairing", PAIRINGS)
+    out["judge"] = _section(config, "judge", lambda: judge_config(config))
     if config.judge.comparison == "listwise":
         # listwise gives win rates of a group; pointwise scoring (absolute, RARE) has no group to list
         method = config.reward.method

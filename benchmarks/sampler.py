@@ -69,12 +69,12 @@ def copy_bandwidth(nbytes=1 << 29, reps=5):
     return 2 * nbytes / best
 
 
-def time_ours(model, prompts, new_tokens, pad_id, reps):
+def time_ours(model, prompts, new_tokens, pad_id, reps, num_samples=1):
     tokens, mask = left_pad(prompts, pad_id)
     graphdef, state = nnx.split(model)
     pre = jax.jit(lambda s, t, m: prefill(nnx.merge(graphdef, s), t, m)[0])
     pre(state, tokens, mask).block_until_ready()
-    kw = dict(max_new_tokens=new_tokens, temperature=0.0, eos_ids=(-1,), pad_id=pad_id)
+    kw = dict(max_new_tokens=new_tokens, temperature=0.0, eos_ids=(-1,), pad_id=pad_id, num_samples=num_samples)
     sample(model, prompts, **kw)  # compile
     t_pre, t_all = [], []
     for _ in range(reps):

@@ -6,7 +6,9 @@
 Prints a table (prefill and decode tokens/s, the ratio to transformers) and decode's fraction of the
 memory-bandwidth bound: a decode step must read every weight once, so weight_bytes / step_time is the
 achieved weight-read bandwidth; it is compared to a measured device copy bandwidth (bytes read + written
-per second by a large array copy). Writes the figures as JSON with --out.
+per second by a large array copy). With a tokenizer (a real checkpoint), the public `rubric_jax.generate`
+(text in, text out) is timed too, after one warm-up call, against the token sampler end to end. Writes the
+figures as JSON with --out.
 """
 
 from __future__ import annotations
@@ -88,6 +90,25 @@ def time_ours(model, prompts, new_tokens, pad_id, reps, num_samples=1):
     return min(t_pre), min(t_all), out
 
 
+def time_generate(model, tokenizer, prompts, new_tokens, reps):
+    """The public text-in, text-out `rubric_jax.generate` on the same prompts (as text, no chat template,
+    greedy), after one warm-up call: (best seconds per call, tokens it generated). Its time covers what the
+    token sampler's does plus tokenizing, padding, key making and detokenizing."""
+    from rubric_jax import generate
+    from rubric_jax.sampling.api import generate_tokens
+
+    texts = [tokenizer.decode(p) for p in prompts]
+    kw = dict(max_new_tokens=new_tokens, temperature=0.0, chat=False)
+    generate(model, tokenizer, texts, **kw)  # compile
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        generate(model, tokenizer, texts, **kw)
+        best = min(best, time.perf_counter() - t)
+    # the same greedy call again, as tokens: how many it generated (an end-of-text id stops a row early)
+    return best, int(generate_tokens(model, tokenizer, texts, **kw).lengths.sum())
+
+
 def time_torch(path, prompts, new_tokens, pad_id, reps, threads):
     import torch
     import transformers
@@ -150,6 +171,12 @@ def main():
     ours_decode = ours_all - ours_pre
     res["ours"] = {"prefill_tok_s": args.batch * args.prompt_len / ours_pre, "decode_tok_s": n_new / ours_decode,
                    "decode_step_ms": 1e3 * ours_decode / args.new_tokens}
+    if tokenizer is not None:
+        gen_s, gen_tokens = time_generate(model, tokenizer, prompts, args.new_tokens, args.reps)
+        # end to end against the token sampler's end to end (prefill included on both sides)
+        res["generate"] = {"seconds": gen_s, "tokens": gen_tokens, "tok_s": gen_tokens / gen_s,
+                           "sampler_tok_s": n_new / ours_all}
+        res["generate"]["ratio_to_sampler"] = res["generate"]["tok_s"] / res["generate"]["sampler_tok_s"]
     bw = copy_bandwidth()
     res["copy_bandwidth_GBs"] = bw / 1e9
     res["ours"]["weight_read_GBs"] = weight_bytes / (ours_decode / args.new_tokens) / 1e9
@@ -174,6 +201,10 @@ def main():
     if "decode_ratio" in res:
         print(f"{'ratio':16s}{res['prefill_ratio']:15.2f}x{res['decode_ratio']:15.2f}x")
         print(f"greedy rows identical to transformers: {res['greedy_tokens_identical_rows']}/{args.batch}")
+    if "generate" in res:
+        g = res["generate"]
+        print(f"rubric_jax.generate (text in, text out): {g['tok_s']:.1f} tok/s end to end ({g['tokens']} tokens) "
+              f"vs the token sampler's {g['sampler_tok_s']:.1f} end to end: {g['ratio_to_sampler']:.2f}x")
     print(f"decode weight reads {res['ours']['weight_read_GBs']:.2f} GB/s vs copy bandwidth "
           f"{res['copy_bandwidth_GBs']:.2f} GB/s -> {100 * res['ours']['bandwidth_fraction']:.1f}% of the bound")
     if args.out:

@@ -225,6 +225,29 @@ def test_cached_chunks_equal_full_forward(tiny_qwen3_model):
     assert int(cache.index) == 24 and cache.lengths().tolist() == mask.sum(1).tolist()
 
 
+def test_per_layer_cache_writes_first_and_matches_the_stacked_cache(tiny_qwen3_model):
+    """Decode over per-layer caches (the sampler's loop) writes each one-token step's keys into the cache
+    before attending (one key block); chunks and steps must give the stacked cache's logits and cache."""
+    model = tiny_qwen3_model
+    tokens, mask = _random_batch(151936, t=12, seed=7)  # row 1 starts at 7, row 2 is all padding
+    mask[0, 9] = False  # a step whose token is padding after real ones: its slot stays invalid on both paths
+    layers = model.unstacked_layers()
+    stacked = KVCache.empty(model.cfg, 3, 16)
+    per_layer = stacked.unstack()
+    for lo, hi in [(0, 6), (6, 7), (7, 8), (8, 9), (9, 10), (10, 12)]:
+        chunk = (jnp.asarray(tokens[:, lo:hi]), jnp.asarray(mask[:, lo:hi]))
+        want, stacked = model(chunk[0], mask_bt=chunk[1], cache=stacked)
+        got, per_layer = model(chunk[0], mask_bt=chunk[1], cache=per_layer, layers=layers)
+        real = mask[:, lo:hi]  # a padding query sees no real key: its output is unused on both paths
+        assert real.any() and np.abs(np.asarray(got) - np.asarray(want))[real].max() <= 1e-5, (lo, hi)
+    assert int(per_layer.index) == int(stacked.index) == 12
+    np.testing.assert_array_equal(np.asarray(per_layer.valid_bs), np.asarray(stacked.valid_bs))
+    valid = np.asarray(stacked.valid_bs)  # keys of padding tokens come from unused outputs (above)
+    for got, want in ((per_layer.k, stacked.k), (per_layer.v, stacked.v)):
+        got, want = np.stack(got).transpose(0, 1, 3, 2, 4), np.asarray(want).transpose(0, 1, 3, 2, 4)
+        np.testing.assert_allclose(got[:, valid], want[:, valid], atol=1e-5)
+
+
 @pytest.mark.slow
 def test_chunk_tree_mask_scores_suffixes_as_if_alone(tiny_qwen3_model):
     """Two suffixes packed in one chunk after a cached prefix, each blind to the other, give the same

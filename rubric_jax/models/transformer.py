@@ -280,8 +280,13 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), dtype=dtype)
 
     def __call__(self, x_btd, positions_bt, inv_freq, mask_btt, cached=None, prefixes=(), *, impl="plain",
-                 chunk=512):
-        """Returns (output (B, T, D), the chunk's own keys and values (B, K, T, H) each, for a cache)."""
+                 chunk=512, write_at=None):
+        """Returns (output (B, T, D), the chunk's own keys and values (B, K, T, H) each, for a cache).
+
+        With `write_at` (a decode step over a per-layer cache), the chunk's keys and values are first
+        written into the cache at that slot and attention reads the cache alone (its mask, cached[2],
+        then covers the new slot): one key block instead of two, and no second write after the layers.
+        The updated cache buffers are returned in place of the chunk's keys and values."""
         q = self.q_proj(x_btd)  # (B, T, N, H)
         k = self.k_proj(x_btd)  # (B, T, K, H)
         v = self.v_proj(x_btd)
@@ -290,7 +295,13 @@ class Attention(nnx.Module):
         q = apply_rope(q, positions_bt, inv_freq)
         k = apply_rope(k, positions_bt, inv_freq).transpose(0, 2, 1, 3)  # (B, K, T, H)
         v = v.transpose(0, 2, 1, 3)
-        out = attention(q, k, v, mask_btt, prefixes, cached, impl=impl, chunk=chunk)
+        if write_at is not None:
+            ck, cv, cmask = cached
+            k = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (0, 0, write_at, 0))
+            v = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (0, 0, write_at, 0))
+            out = attention(q, k, v, cmask[:, None, :], prefixes, None, impl="plain")
+        else:
+            out = attention(q, k, v, mask_btt, prefixes, cached, impl=impl, chunk=chunk)
         return self.o_proj(out), (k, v)
 
 
@@ -426,18 +437,26 @@ class Transformer(nnx.Module):
         within = jnp.tril(jnp.ones((t, t), bool))[None] if chunk_mask_btt is None else jnp.asarray(chunk_mask_btt, bool)
         mask_btt = jnp.broadcast_to(within & mask_bt[:, None, :], (b, t, t))
         cached_mask = None
-        if cache is not None:
+        # A one-token step over per-layer caches writes its keys into the cache before attending.
+        write_first = cache is not None and t == 1 and _per_layer((cache.k, cache.v))
+        if write_first:
+            new_valid = jax.lax.dynamic_update_slice(cache.valid_bs, mask_bt, (0, cache.index))
+            cached_mask = new_valid & (jnp.arange(cache.size) <= cache.index)[None, :]
+        elif cache is not None:
             # Every real cached token before the chunk (the chunk's own keys are a separate part).
             cached_mask = cache.valid_bs & (jnp.arange(cache.size) < cache.index)[None, :]
 
         x = constrain(self.embed_tokens(tokens_bt).astype(self.dtype), ("batch", "seq", "embed"))
         x, kv = self._layers(x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes,
-                             return_kv or cache is not None, layers)
+                             return_kv or cache is not None, layers, write_at=cache.index if write_first else None)
         x = self.norm(x)
         new_cache = None
         if cache is None and return_kv:
             k, v = (jnp.stack([a[0] for a in kv]), jnp.stack([a[1] for a in kv])) if isinstance(kv, PerLayer) else kv
             new_cache = KVCache(k=k, v=v, valid_bs=mask_bt, index=jnp.asarray(t, jnp.int32))
+        elif write_first:
+            new_cache = KVCache(k=PerLayer(a[0] for a in kv), v=PerLayer(a[1] for a in kv), valid_bs=new_valid,
+                                index=(cache.index + 1).astype(jnp.int32))
         elif cache is not None:
             new_cache = KVCache(k=_write(cache.k, kv, 0, cache.index), v=_write(cache.v, kv, 1, cache.index),
                                 valid_bs=jax.lax.dynamic_update_slice(cache.valid_bs, mask_bt, (0, cache.index)),
@@ -452,13 +471,16 @@ class Transformer(nnx.Module):
         _, state = nnx.split(self.layers)
         return tuple(jax.tree.map(lambda a: a[i], state) for i in range(self.cfg.num_layers))
 
-    def _layers(self, x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes, keep_kv, layers=None):
+    def _layers(self, x, positions_bt, inv_freq, mask_btt, cache, cached_mask, prefixes, keep_kv, layers=None,
+                write_at=None):
         """Runs the layers: scanned over the stacked weights, or unrolled (over `layers`, per-layer
         states, when given). Returns (x, the chunk's keys and values if keep_kv: (L, B, K, T, H) each
-        when scanned, else a tuple of L (k, v) pairs)."""
+        when scanned, else a tuple of L (k, v) pairs; with write_at, the L updated cache buffers)."""
         cfg = self.cfg
         graphdef, state = nnx.split(self.layers)
         attn = dict(impl=cfg.attention, chunk=cfg.attention_chunk)
+        if write_at is not None:
+            attn["write_at"] = write_at
         pvalid = tuple(pf.valid_ps for pf in prefixes)
 
         def layer_fn(x, layer_state, layer_cache, layer_pkv):

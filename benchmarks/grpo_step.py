@@ -22,7 +22,8 @@ Each side runs in its own subprocess, one after the other (never concurrently): 
 (compilation, allocation), then --steps timed steps. Reported: mean seconds per timed step (and the best),
 the split into sample / reward / update phases (TRL's from wrapping its `_generate` and
 `_calculate_rewards`; update is the rest of the step), and peak RSS of the process
-(resource.getrusage ru_maxrss, model loading included). Prints a table, writes JSON (--out).
+(resource.getrusage ru_maxrss, model loading included). For our side also the update's model FLOPs
+(gpu_check.update_flops) per second against a dense f32 matmul's, measured in the same process. Prints a table, writes JSON (--out).
 
     python benchmarks/grpo_step.py --out /tmp/grpo_step.json
 
@@ -114,7 +115,7 @@ def run_ours(args) -> dict:
 
     t0 = time.perf_counter()
     tok = load_tokenizer(args.model)
-    model = apply_lora(load_model(args.model, dtype=jnp.float32),
+    model = apply_lora(load_model(args.model, dtype=jnp.float32, remat=args.remat, attention=args.attention),
                        LoRAConfig(rank=args.rank, alpha=args.alpha, dropout=0.0, targets=TARGETS), seed=args.seed)
     total = args.warmup + args.steps
     policy = Policy(
@@ -143,8 +144,9 @@ def run_ours(args) -> dict:
         with timer.phase("reward"):
             r_bg = np.asarray([long_word_share(s) for s in texts], np.float32).reshape(len(records), args.g)
             adv = np.asarray(advantages(jnp.asarray(r_bg), kind="dr_grpo")).reshape(-1)
+        batch = rollout_batch(out, adv)
         with timer.phase("update"):
-            m = policy.update(rollout_batch(out, adv), jax.random.fold_in(skey, 2))
+            m = policy.update(batch, jax.random.fold_in(skey, 2))
         dt = time.perf_counter() - t
         tag = "warmup" if step < args.warmup else "timed"
         print(f"[ours] step {step} ({tag}) {dt:.2f}s  " + "  ".join(f"{k} {v:.2f}s" for k, v in timer.times.items())
@@ -156,7 +158,20 @@ def run_ours(args) -> dict:
             phases.append(dict(timer.times))
             rewards.append(float(r_bg.mean()))
             lengths.append(float(out.lengths.mean()))
+    # The update's model FLOPs (forward + backward, frozen base, adapters trained; the batch's padded shape)
+    # against a dense matmul's FLOP/s measured here, in this process, after the steps.
+    from gpu_check import matmul_peak, update_flops
+
+    rows, t = batch.tokens_bt.shape
+    n_lora = sum(x.size for x in jax.tree.leaves(policy.trainable))
+    flops = update_flops(policy.model().cfg, n_lora, rows, t, t - batch.prompt_len)
+    peak = matmul_peak(2048, jnp.float32)
+    update_s = sum(p["update"] for p in phases) / len(phases)
+    flop_rate = dict(update_flops=flops, update_tflops_s=flops / update_s / 1e12, matmul_peak_tflops_s=peak / 1e12,
+                     update_fraction_of_peak=flops / update_s / peak, batch_shape=[rows, t],
+                     base_params=sum(x.size for x in jax.tree.leaves(policy.base)), lora_params=n_lora)
     return dict(side="ours", load_s=load_s, prompt_ids=prompt_ids, peak_rss_after_load_mib=rss_after_load,
+                **flop_rate,
                 peak_rss_after_warmup_mib=rss_after_warmup if args.warmup else None, reward_mean=rewards,
                 completion_len_mean=lengths, backend=jax.default_backend(), jax=jax.__version__,
                 **summarise(times, phases))
@@ -298,7 +313,8 @@ def run_side(args, side: str) -> dict:
            "--model", args.model, "--prompts", str(args.prompts), "--g", str(args.g),
            "--completion_tokens", str(args.completion_tokens), "--rank", str(args.rank), "--alpha", str(args.alpha),
            "--lr", str(args.lr), "--warmup", str(args.warmup), "--steps", str(args.steps),
-           "--threads", str(args.threads), "--seed", str(args.seed), "--micro_batch", str(args.micro_batch)]
+           "--threads", str(args.threads), "--seed", str(args.seed), "--micro_batch", str(args.micro_batch),
+           "--remat", args.remat, "--attention", args.attention]
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT)
     if proc.returncode != 0:
@@ -324,6 +340,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--micro_batch", type=int, default=0, help="our update micro-batch (0: the whole step, as TRL)")
+    ap.add_argument("--remat", default="none", help="our forward's remat (config.forward.remat); TRL: none")
+    ap.add_argument("--attention", default="plain", help="our forward's attention (config.forward.attention)")
     ap.add_argument("--sides", default="ours,trl", help="comma list: ours,trl")
     ap.add_argument("--out", default="")
     ap.add_argument("--side", default="", help=argparse.SUPPRESS)
@@ -362,8 +380,14 @@ def main(argv=None):
                        rss_ratio_trl_over_ours=t["peak_rss_mib"] / o["peak_rss_mib"],
                        prompt_ids_match=t.get("prompt_ids_match_ours"))
         print(f"speedup (TRL s/step / ours): {summary['speedup_mean']:.2f}x mean, {summary['speedup_best']:.2f}x best "
-              f"(target >= 2x); peak RSS TRL / ours: {summary['rss_ratio_trl_over_ours']:.2f}; "
+              f"(target >= 3x); peak RSS TRL / ours: {summary['rss_ratio_trl_over_ours']:.2f}; "
               f"same prompt ids: {summary['prompt_ids_match']}")
+    if "update_flops" in rows.get("ours", {}):
+        o = rows["ours"]
+        print(f"our update: {o['update_flops'] / 1e12:.2f} TFLOP a step (batch {o['batch_shape'][0]} x "
+              f"{o['batch_shape'][1]} tokens) at {o['update_tflops_s']:.3f} TFLOP/s = "
+              f"{100 * o['update_fraction_of_peak']:.0f}% of the measured f32 matmul peak "
+              f"({o['matmul_peak_tflops_s']:.3f} TFLOP/s, 2048^3) (target >= 50%)")
     if args.out:
         for r in rows.values():
             r.pop("prompt_ids", None)

@@ -6,7 +6,9 @@
 Prints a table (prefill and decode tokens/s, the ratio to transformers) and decode's fraction of the
 memory-bandwidth bound: a decode step must read every weight once, so weight_bytes / step_time is the
 achieved weight-read bandwidth; it is compared to a measured device copy bandwidth (bytes read + written
-per second by a large array copy). With a tokenizer (a real checkpoint), the public `rubric_jax.generate`
+per second by a large array copy). The step's weight matmuls are also timed alone (no attention, cache
+or sampling): the fraction of the bound the backend's matmul kernels reach at this batch, which no decode
+step can pass. With a tokenizer (a real checkpoint), the public `rubric_jax.generate`
 (text in, text out) is timed too, after one warm-up call, against the token sampler end to end. Writes the
 figures as JSON with --out.
 """
@@ -69,6 +71,40 @@ def copy_bandwidth(nbytes=1 << 29, reps=5):
         run()
         best = min(best, time.perf_counter() - t)
     return 2 * nbytes / best
+
+
+def time_weight_matmuls(model, batch, reps=10):
+    """Seconds for the weight matmuls of one decode step alone, at `batch` rows: every layer's q, k, v, o,
+    gate, up and down projection and the unembedding, chained as in the model (each layer's input depends
+    on the last layer's output) and nothing else: no attention, norms, cache or sampling. It is the floor
+    the backend's matmul kernels put under a decode step; a step cannot beat it without other kernels."""
+    layers = model.unstacked_layers()
+    unembed = model.unembed_matrix()
+    dt = model.dtype
+
+    def mm(x, w):
+        return jnp.dot(x, w.reshape(x.shape[-1], -1), preferred_element_type=jnp.float32).astype(dt)
+
+    def step(layers, unembed, x):
+        for lay in layers:
+            at, ml = lay["self_attn"], lay["mlp"]
+            q = mm(x, at["q_proj"]["kernel"][...])
+            kv = mm(x, at["k_proj"]["kernel"][...]) + mm(x, at["v_proj"]["kernel"][...])
+            q = q + jnp.tile(kv, q.shape[-1] // kv.shape[-1])
+            x = x + mm(q, at["o_proj"]["kernel"][...])
+            h = jax.nn.silu(mm(x, ml["gate_proj"]["kernel"][...])) * mm(x, ml["up_proj"]["kernel"][...])
+            x = x + mm(h, ml["down_proj"]["kernel"][...])
+        return mm(x, unembed)
+
+    f = jax.jit(step)
+    x = jnp.ones((batch, model.cfg.hidden_size), dt) * 0.01
+    f(layers, unembed, x).block_until_ready()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        f(layers, unembed, x).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def time_ours(model, prompts, new_tokens, pad_id, reps, num_samples=1):
@@ -181,6 +217,10 @@ def main():
     res["copy_bandwidth_GBs"] = bw / 1e9
     res["ours"]["weight_read_GBs"] = weight_bytes / (ours_decode / args.new_tokens) / 1e9
     res["ours"]["bandwidth_fraction"] = res["ours"]["weight_read_GBs"] * 1e9 / bw
+    floor = time_weight_matmuls(model, args.batch)
+    res["weight_matmuls"] = {"step_ms": 1e3 * floor, "weight_read_GBs": weight_bytes / floor / 1e9,
+                             "bandwidth_fraction": weight_bytes / floor / bw,
+                             "share_of_decode_step": floor / (ours_decode / args.new_tokens)}
 
     if not args.no_torch and not random_weights and path.endswith(".gguf") and args.dtype == "float32":
         t_pre, t_all, hf_tokens = time_torch(path, prompts, args.new_tokens, pad_id, args.reps, args.threads)
@@ -207,6 +247,9 @@ def main():
               f"vs the token sampler's {g['sampler_tok_s']:.1f} end to end: {g['ratio_to_sampler']:.2f}x")
     print(f"decode weight reads {res['ours']['weight_read_GBs']:.2f} GB/s vs copy bandwidth "
           f"{res['copy_bandwidth_GBs']:.2f} GB/s -> {100 * res['ours']['bandwidth_fraction']:.1f}% of the bound")
+    w = res["weight_matmuls"]
+    print(f"the step's weight matmuls alone (batch {args.batch}, no attention): {w['step_ms']:.2f} ms = "
+          f"{100 * w['bandwidth_fraction']:.1f}% of the bound, {100 * w['share_of_decode_step']:.0f}% of a decode step")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=2)

@@ -201,6 +201,7 @@ def devices_for(n: int):
 
 def run(args) -> dict:
     from rubric_jax.judge import forward
+    from rubric_jax.rl import forward_plan
     from rubric_jax.rl.losses import LossConfig
     from rubric_jax.rl.policy import PolicyConfig, _apply_jit, _grad_jit, make_optimizer
     from rubric_jax.sampling.sampler import _sample_jit
@@ -222,8 +223,9 @@ def run(args) -> dict:
         return nnx.eval_shape(lambda: apply_lora(Transformer(cfg.replace(**runtime), dtype=dtype, rngs=nnx.Rngs(0)),
                                                  lora_cfg, seed=c.seed))
 
-    base = nnx.eval_shape(lambda: Transformer(cfg.replace(remat=fwd["remat"], attention=fwd["attention"]),
-                                              dtype=dtype, rngs=nnx.Rngs(0)))
+    # the frozen base never takes gradients: "auto" loads it as the run does (rl.forward_plan.inference_runtime)
+    base_runtime = forward_plan.inference_runtime(dict(remat=fwd["remat"], attention=fwd["attention"]))
+    base = nnx.eval_shape(lambda: Transformer(cfg.replace(**base_runtime), dtype=dtype, rngs=nnx.Rngs(0)))
     judge_args, judge_shape = ((), {}) if "judge" not in args.programs else judge_call_args(base, sz, c)
     key = jax.eval_shape(lambda: jax.random.key(0))
     b, tp, tc = sz.micro_batch, sz.prompt, sz.completion
@@ -308,7 +310,10 @@ def run(args) -> dict:
     if one:
         best = min(one, key=lambda r: r["step_bytes"])
         fits["best"] = best
-        default = [r for r in one if (r["remat"], r["attention"]) == (fwd["remat"], fwd["attention"])]
+        # config.forward as the run resolves it: its candidates fastest first, the first that fits (rl.forward_plan)
+        by = {(r["remat"], r["attention"]): r for r in one}
+        order = [by[p] for p in forward_plan.candidates(fwd["remat"], fwd["attention"]) if p in by]
+        default = [r for r in order if r["step_bytes"] <= TARGET_GIB * 2 ** 30] or order[-1:]
         if default:
             fits["default"] = default[0]
     return dict(model=cfg.name, config=dict(vars(args)), sizes=dataclasses.asdict(sz),

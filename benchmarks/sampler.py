@@ -79,13 +79,16 @@ def time_weight_matmuls(model, batch, reps=10):
     on the last layer's output) and nothing else: no attention, norms, cache or sampling. It is the floor
     the backend's matmul kernels put under a decode step; a step cannot beat it without other kernels."""
     layers = model.unstacked_layers()
-    unembed = model.unembed_matrix()
+    tied = model.cfg.tie_word_embeddings
+    # the stored matrix, transposed inside the program as the model's own head does (a dot that reads the
+    # embedding in place, not a transposed copy)
+    head = model.embed_tokens.embedding[...] if tied else model.lm_head.kernel[...]
     dt = model.dtype
 
     def mm(x, w):
         return jnp.dot(x, w.reshape(x.shape[-1], -1), preferred_element_type=jnp.float32).astype(dt)
 
-    def step(layers, unembed, x):
+    def step(layers, head, x):
         for lay in layers:
             at, ml = lay["self_attn"], lay["mlp"]
             q = mm(x, at["q_proj"]["kernel"][...])
@@ -94,15 +97,15 @@ def time_weight_matmuls(model, batch, reps=10):
             x = x + mm(q, at["o_proj"]["kernel"][...])
             h = jax.nn.silu(mm(x, ml["gate_proj"]["kernel"][...])) * mm(x, ml["up_proj"]["kernel"][...])
             x = x + mm(h, ml["down_proj"]["kernel"][...])
-        return mm(x, unembed)
+        return mm(x, head.T if tied else head)
 
     f = jax.jit(step)
     x = jnp.ones((batch, model.cfg.hidden_size), dt) * 0.01
-    f(layers, unembed, x).block_until_ready()
+    f(layers, head, x).block_until_ready()
     best = float("inf")
     for _ in range(reps):
         t = time.perf_counter()
-        f(layers, unembed, x).block_until_ready()
+        f(layers, head, x).block_until_ready()
         best = min(best, time.perf_counter() - t)
     return best
 

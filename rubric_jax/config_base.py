@@ -33,11 +33,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.dtype = "bfloat16"
     c.mesh = ""  # "" = one device; e.g. "fsdp:2,tensor:4" (axes data, fsdp, tensor; product = local devices)
     # How the model's forward runs (rubric_jax.models.config.ModelConfig): layer scan, rematerialisation in
-    # the update ("none" | "full" | "dots_saveable"), attention ("plain" | "xla" | "cudnn" | "chunked").
-    # Full remat + chunked attention is what lets the Qwen3-4B LoRA step (micro-batch 8 x 1792 tokens) fit
-    # one 80 GiB device: ~37 GiB against ~570 GiB with neither (benchmarks/memory.py, CPU-compile estimate).
-    c.forward = ml_collections.ConfigDict(dict(scan_layers=True, remat="full", attention="chunked",
-                                               attention_chunk=512))
+    # the update ("none" | "full" | "dots_saveable" | "auto"), attention ("plain" | "xla" | "cudnn" | "chunked" |
+    # "auto"). "auto": the run compiles its update at the largest micro-batch shape and keeps the fastest of
+    # none+plain, none+chunked, full+chunked whose memory fits memory_fraction of the device
+    # (rubric_jax.rl.forward_plan). Full remat + chunked attention is what lets the Qwen3-4B LoRA step
+    # (micro-batch 8 x 1792 tokens) fit one 80 GiB device: ~37 GiB against ~570 GiB with neither
+    # (benchmarks/memory.py, CPU-compile estimate); SmolLM2-135M on a CPU host needs no remat.
+    c.forward = ml_collections.ConfigDict(dict(scan_layers=True, remat="auto", attention="auto",
+                                               attention_chunk=512, memory_fraction=0.8))
     c.seed = 0
     c.steps = 1300
     c.prompts_per_step = 1  # Table 6 counts completions: 1 prompt x G=8 per optimizer step (module docstring)

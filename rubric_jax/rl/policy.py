@@ -201,6 +201,31 @@ class Policy:
             out.append(self.fetch(lp))
         return np.concatenate(out, axis=0)
 
+    def _grad_args(self, mb: RolloutBatch, key) -> tuple[tuple, dict]:
+        put = self.place
+        opt = lambda x: None if x is None else put(x)  # noqa: E731
+        return ((self.graphdef, self.trainable, self.base, put(mb.tokens_bt), put(mb.mask_bt),
+                 put(mb.completion_mask_bt), put(np.asarray(mb.adv_b, np.float32)), opt(mb.old_logp_bt),
+                 opt(mb.ref_logp_bt), opt(mb.sample_logp_bt), key),
+                dict(prompt_len=mb.prompt_len, loss_cfg=self.loss_cfg, temperature=self.cfg.temperature,
+                     chunk=self.cfg.logprob_chunk))
+
+    def update_memory(self, mb: RolloutBatch) -> dict[str, int]:
+        """Per-device bytes of the compiled gradient program for one micro-batch shaped like `mb` (compiled,
+        never run): arguments, outputs, temporaries, aliased and their total (args + outputs + temps - aliases)."""
+        args, kwargs = self._grad_args(mb, jax.random.key(0))
+        m = _grad_jit.lower(*args, **kwargs).compile().memory_analysis()
+        row = dict(argument_bytes=int(m.argument_size_in_bytes), output_bytes=int(m.output_size_in_bytes),
+                   temp_bytes=int(m.temp_size_in_bytes), alias_bytes=int(m.alias_size_in_bytes))
+        row["total_bytes"] = row["argument_bytes"] + row["output_bytes"] + row["temp_bytes"] - row["alias_bytes"]
+        return row
+
+    def configure_forward(self, **runtime) -> None:
+        """Sets how the policy's forward runs (ModelConfig's runtime fields: remat, attention, ...) for every
+        later sample, log-prob and update; the arrays are untouched."""
+        model = self.model().configure(**runtime)
+        self.graphdef = nnx.graphdef(model)
+
     def gradients(self, batch: RolloutBatch, key) -> tuple[Any, LossSums, float]:
         """Sum of numerator gradients over micro-batches, the summed LossSums (not yet divided) and the largest
         sampler/update log-prob difference (`logp_mismatch`; -1 without the sampler's values)."""
@@ -208,14 +233,8 @@ class Policy:
         micro = list(self._micro(batch))
         progress.report("update", 0, len(micro), "micro-batches")
         for i, mb in enumerate(micro):
-            put = self.place
-            g, s, mm = _grad_jit(self.graphdef, self.trainable, self.base, put(mb.tokens_bt), put(mb.mask_bt),
-                                 put(mb.completion_mask_bt), put(np.asarray(mb.adv_b, np.float32)),
-                                 None if mb.old_logp_bt is None else put(mb.old_logp_bt),
-                                 None if mb.ref_logp_bt is None else put(mb.ref_logp_bt),
-                                 None if mb.sample_logp_bt is None else put(mb.sample_logp_bt),
-                                 jax.random.fold_in(key, i), prompt_len=batch.prompt_len, loss_cfg=self.loss_cfg,
-                                 temperature=self.cfg.temperature, chunk=self.cfg.logprob_chunk)
+            args, kwargs = self._grad_args(mb, jax.random.fold_in(key, i))
+            g, s, mm = _grad_jit(*args, **kwargs)
             grad_sum = g if grad_sum is None else jax.tree.map(jnp.add, grad_sum, g)
             sums.append(s)
             mismatch.append(mm)

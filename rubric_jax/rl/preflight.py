@@ -35,8 +35,8 @@ DTYPES = ("float32", "bfloat16", "float16")
 RUBRIC_SOURCES = ("config", "record", "task")
 SCHEDULES = ("cosine", "constant")
 KL_KINDS = ("k1", "k3")
-REMATS = ("none", "full", "dots_saveable")
-ATTENTIONS = ("plain", "xla", "cudnn", "chunked")
+REMATS = ("none", "full", "dots_saveable", "auto")
+ATTENTIONS = ("plain", "xla", "cudnn", "chunked", "auto")
 COMPARISONS = ("pairwise", "listwise")  # judge.comparison: pairs of responses, or the whole group in one sequence
 
 
@@ -84,6 +84,7 @@ def check(config) -> dict[str, Any]:
     _choice(config, "forward.remat", REMATS)
     _choice(config, "forward.attention", ATTENTIONS)
     _int(config, "forward.attention_chunk", 1)
+    _num(config, "forward.memory_fraction", lambda v: 0 < v <= 1, "must be in (0, 1]")
     _int(config, "judge.max_response_tokens", 1)
     _checkpoint("model", config.model, "'' = the embedded default")
     _judge_model(config)

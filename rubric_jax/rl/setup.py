@@ -27,7 +27,7 @@ from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax import methods
 from rubric_jax.methods.terms import make_terms
-from rubric_jax.rl import dynamic, preflight
+from rubric_jax.rl import dynamic, forward_plan, preflight
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
 from rubric_jax.rl.reward import RewardConfig, ordered_criteria
@@ -66,6 +66,8 @@ class Setup:
     # else config.judge.model and its own tokenizer (frozen: no adapters, no optimizer state, never trained).
     judge_model: Any = None
     judge_tokenizer: Any = None
+    # how the update's forward was chosen when config.forward left it to the run (rl.forward_plan), else None
+    forward_plan: forward_plan.ForwardPlan | None = None
 
     @property
     def judge_apart(self) -> bool:
@@ -126,7 +128,7 @@ def build(config) -> Setup:
     records = method.prepare(records)
     dataset = PromptDataset(records, config.prompts_per_step, seed=config.data.seed,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
-    base = load_model(name, dtype=dtype, mesh=mesh, **config.forward.to_dict())
+    base = load_model(name, dtype=dtype, mesh=mesh, **_runtime(config))
     tokenizer = load_tokenizer(config.tokenizer or name)
     # The policy shares the base's arrays (no copy); LoRA wraps the policy's modules only. Full fine-tuning
     # trains these very arrays, already on the mesh as loaded: an update makes new arrays instead of writing
@@ -163,14 +165,33 @@ def build(config) -> Setup:
              shapes.prompt_ladder, shapes.completion_ladder)
     hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records), judge.model_id),
                "the run's settings")
+    plan = None
+    if forward_plan.AUTO in (config.forward.remat, config.forward.attention):
+        # The update's forward from its own compiled memory at the run's largest micro-batch shape.
+        plan = forward_plan.plan_update_forward(
+            policy, remat=config.forward.remat, attention=config.forward.attention,
+            rows=policy.cfg.micro_batch_size, prompt_width=shapes.prompt_width,
+            completion_width=shapes.completion_width(config.max_completion_len),
+            memory_fraction=config.forward.memory_fraction, num_iterations=config.loss.num_iterations,
+            kl=loss_cfg.kl_coef > 0)
+        hosts.same((plan.remat, plan.attention), "the update's forward (config.forward auto)")
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
                   base_local, shapes, method, dynamic=sections["dynamic"],
-                  judge_model=judge_model, judge_tokenizer=judge_tokenizer)
+                  judge_model=judge_model, judge_tokenizer=judge_tokenizer, forward_plan=plan)
     ctx = methods.BuildContext(config, tokenizer, base_local, judge, judge_model, judge_tokenizer, dataset.records,
                                hosts, encode, setup.local_policy)
     method.build(ctx)
     setup.terms = make_terms(config, reward_cfg, ctx)
     return setup
+
+
+def _runtime(config) -> dict:
+    """ModelConfig's runtime fields from config.forward, "auto" resolved for a model that takes no gradients
+    (the base and a judge; the policy's update is planned after the shapes are known)."""
+    from rubric_jax.models.config import RUNTIME_FIELDS
+
+    fwd = config.forward.to_dict()
+    return forward_plan.inference_runtime({k: fwd[k] for k in RUNTIME_FIELDS if k in fwd})
 
 
 def load_judge(config, name: str, base_local, tokenizer, hosts: Hosts):
@@ -193,7 +214,7 @@ def load_judge(config, name: str, base_local, tokenizer, hosts: Hosts):
     # Judging runs on each process' own devices (rubric_jax.rl.hosts), so the judge is loaded straight onto this
     # process' sub-mesh (no mesh on one device): every process reads the file and keeps a whole copy, laid out
     # like base_local over its own fsdp/tensor devices, and no judge program spans hosts.
-    model = load_model(jc.model, dtype=dtype, mesh=hosts.local_mesh, **config.forward.to_dict())
+    model = load_model(jc.model, dtype=dtype, mesh=hosts.local_mesh, **_runtime(config))
     return model, load_tokenizer(jc.model)
 
 

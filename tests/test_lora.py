@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rubric_jax.models.lora import (ALL_TARGETS, LoRAConfig, apply_lora, lora_modules, lora_param_count, merge_lora, set_lora,
-                                    unmerge_lora)
+from rubric_jax.models.lora import (ALL_TARGETS, LoRAConfig, apply_lora, lora_modules, lora_param_count, low_rank,
+                                    merge_lora, set_lora, unmerge_lora)
 
 TOKENS = jnp.asarray(np.random.RandomState(0).randint(0, 151936, (2, 12)))
 
@@ -123,3 +123,17 @@ def test_bad_config_errors():
         LoRAConfig(targets=("q_proj", "qkv"))
     with pytest.raises(ValueError, match="rank"):
         LoRAConfig(rank=0)
+
+
+def test_low_rank_backward_equals_autodiff_of_the_plain_product():
+    """`low_rank` has its own backward (contractions ordered for XLA:CPU); autodiff of the formula is the reference."""
+    rng = np.random.RandomState(0)
+    x, a, b = (jnp.asarray(rng.randn(*s), jnp.float32) for s in ((64, 24), (24, 4), (4, 40)))
+    g = jnp.asarray(rng.randn(64, 40), jnp.float32)
+    out, vjp = jax.vjp(lambda x, a, b: low_rank(x, a, b, 2.0), x, a, b)
+    ref_out, ref_vjp = jax.vjp(lambda x, a, b: ((x @ a) @ b) * 2.0, x, a, b)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-6, atol=1e-5)
+    for got, want in zip(vjp(g), ref_vjp(g)):
+        scale = float(jnp.abs(want).max())
+        assert float(jnp.abs(got - want).max()) <= 1e-6 * scale + 1e-6
+

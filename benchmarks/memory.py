@@ -254,7 +254,7 @@ def run(args) -> dict:
         return _apply_jit, (optimizer, lora, opt_state(lora, mesh, dev), lora, spec((), jnp.float32, mesh, dev)), {}, 0
 
     def sample_build(mesh, dev):  # the trainer samples from the LoRA policy (adapters unmerged)
-        g, state = nnx.split(policy_model(remat=fwd["remat"], attention=fwd["attention"]))
+        g, state = nnx.split(policy_model(**base_runtime))
         s = lambda shape, dt: spec(shape, dt, mesh, dev)  # noqa: E731
         sm = c.sampling
         keys = (sz.prompts,)  # one PRNG key per prompt
@@ -275,8 +275,8 @@ def run(args) -> dict:
                 jobs.append(("train/grad", remat, attn, grad_job(remat, attn)))
     for name, build in (("apply", apply_build), ("sample", sample_build), ("judge", judge_build)):
         if name in args.programs:
-            jobs.append(("train/apply" if name == "apply" else name, "-", "-" if name == "apply" else fwd["attention"],
-                         build))
+            jobs.append(("train/apply" if name == "apply" else name, "-",
+                         "-" if name == "apply" else base_runtime["attention"], build))
 
     rows, total = [], len(jobs) * len(args.devices)
     unit, uname = units(cfg.name)
@@ -318,7 +318,7 @@ def run(args) -> dict:
             fits["default"] = default[0]
     return dict(model=cfg.name, config=dict(vars(args)), sizes=dataclasses.asdict(sz),
                 lora=dataclasses.asdict(lora_cfg),
-                forward_default=fwd, judge_shape=judge_shape, target_gib=TARGET_GIB, rows=rows,
+                forward_default=fwd, forward_inference=base_runtime, judge_shape=judge_shape, target_gib=TARGET_GIB, rows=rows,
                 fits={k: dict(remat=r["remat"], attention=r["attention"], step_gib=r["step_bytes"] / 2**30,
                               fits=r["step_bytes"] <= TARGET_GIB * 2**30, label=r["label"]) for k, r in fits.items()},
                 jax=jax.__version__, backend=jax.default_backend())

@@ -29,7 +29,9 @@ def run(tmp_path_factory):
 
 def test_one_row_per_program_setting_and_device_count(run):
     res, _ = run
-    default_attn = res["forward_default"]["attention"]
+    # sampling and judging run as the run loads them ("auto" resolved for a model that takes no gradients)
+    default_attn = res["forward_inference"]["attention"]
+    assert res["forward_default"]["attention"] == "auto" and default_attn == "chunked"
     want = {("train/grad", r, a, n) for r in REMAT for a in ATTENTION for n in DEVICES}
     want |= {("train/apply", "-", "-", n) for n in DEVICES}
     want |= {(p, "-", default_attn, n) for p in ("sample", "judge") for n in DEVICES}

@@ -2,8 +2,8 @@
 `config.forward.attention="auto"` (the defaults).
 
 Rematerialisation and chunked attention buy memory with time. Full remat runs every layer's forward a second
-time in the backward (about a third more FLOPs for a LoRA step); plain attention keeps each layer's (B, N, T, T)
-scores and probabilities for the backward. A Qwen3-4B step of 8 x 1792 tokens needs both savings to fit 80 GiB;
+time in the backward (up to half again the FLOPs of a LoRA step, whose frozen base needs no weight gradients);
+plain attention keeps each layer's (B, N, T, T) scores and probabilities for the backward. A Qwen3-4B step of 8 x 1792 tokens needs both savings to fit 80 GiB;
 SmolLM2-135M on a 24 GiB host needs neither at short lengths and only chunked attention at the paper's. So the
 run compiles the update's own gradient program at its largest micro-batch shape (micro_batch_size rows x
 the widest prompt + the longest completion; compiled, never run) for each candidate, fastest first:

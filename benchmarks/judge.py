@@ -15,8 +15,8 @@ both orders: G (G - 1) C pairwise judgments. Pairwise judgments per second for
              verdicts of (a) and (e) are compared (max |p_first difference|)
 
 Each of our variants runs once to compile, then is timed (`--repeat` runs, best kept); transformers'
-(d) and (e) warm up on their first batch only (nothing to compile), so the whole script takes about 25
-minutes on 2 CPU cores. The judgment cache is off. (b) and (c) are timed on the first `--baseline_g` responses (all their ordered pairs, all
+(d) and (e) warm up on their first batch only (nothing to compile); on 2 CPU cores the five legs together
+take more than 25 minutes. The judgment cache is off. (b) and (c) are timed on the first `--baseline_g` responses (all their ordered pairs, all
 criteria) unless --full: their per-judgment cost does not depend on G, and on CPU the full set takes
 many minutes. Prints a table with ratios, writes JSON (--out), and with --profile_dir writes a
 jax.profiler trace of one (a) pass.

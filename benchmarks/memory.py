@@ -76,6 +76,7 @@ from rubric_jax.models.config import ModelConfig  # noqa: E402
 from rubric_jax.models.lora import LoRAConfig, apply_lora  # noqa: E402
 from rubric_jax.models.sharding import make_mesh, state_shardings, use_mesh  # noqa: E402
 from rubric_jax.models.transformer import Transformer  # noqa: E402
+from rubric_jax.rl.policy import compiled_bytes  # noqa: E402
 
 # Qwen3-4B, from its public config.json.
 QWEN3_4B = ModelConfig(arch="qwen3", vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_layers=36,
@@ -182,10 +183,7 @@ def judge_call_args(base, sizes: Sizes, c):
 def memory_row(fn, args, kwargs, mesh) -> dict:
     t0 = time.perf_counter()
     with use_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-        m = fn.lower(*args, **kwargs).compile().memory_analysis()
-    row = dict(argument_bytes=int(m.argument_size_in_bytes), output_bytes=int(m.output_size_in_bytes),
-               temp_bytes=int(m.temp_size_in_bytes), alias_bytes=int(m.alias_size_in_bytes))
-    row["total_bytes"] = row["argument_bytes"] + row["output_bytes"] + row["temp_bytes"] - row["alias_bytes"]
+        row = compiled_bytes(fn.lower(*args, **kwargs).compile())
     row["compile_s"] = round(time.perf_counter() - t0, 2)
     row["status"] = "ok"
     return row

@@ -137,6 +137,16 @@ class NonFiniteError(FloatingPointError):
     pass
 
 
+def compiled_bytes(compiled) -> dict[str, int]:
+    """Per-device bytes of a compiled program (`jit(f).lower(...).compile()`): arguments, outputs, temporaries,
+    aliased (donated) and total = arguments + outputs + temporaries - aliased."""
+    m = compiled.memory_analysis()
+    row = dict(argument_bytes=int(m.argument_size_in_bytes), output_bytes=int(m.output_size_in_bytes),
+               temp_bytes=int(m.temp_size_in_bytes), alias_bytes=int(m.alias_size_in_bytes))
+    row["total_bytes"] = row["argument_bytes"] + row["output_bytes"] + row["temp_bytes"] - row["alias_bytes"]
+    return row
+
+
 FINETUNE_MODES = ("lora", "full")
 
 
@@ -214,11 +224,7 @@ class Policy:
         """Per-device bytes of the compiled gradient program for one micro-batch shaped like `mb` (compiled,
         never run): arguments, outputs, temporaries, aliased and their total (args + outputs + temps - aliases)."""
         args, kwargs = self._grad_args(mb, jax.random.key(0))
-        m = _grad_jit.lower(*args, **kwargs).compile().memory_analysis()
-        row = dict(argument_bytes=int(m.argument_size_in_bytes), output_bytes=int(m.output_size_in_bytes),
-                   temp_bytes=int(m.temp_size_in_bytes), alias_bytes=int(m.alias_size_in_bytes))
-        row["total_bytes"] = row["argument_bytes"] + row["output_bytes"] + row["temp_bytes"] - row["alias_bytes"]
-        return row
+        return compiled_bytes(_grad_jit.lower(*args, **kwargs).compile())
 
     def configure_forward(self, **runtime) -> None:
         """Sets how the policy's forward runs (ModelConfig's runtime fields: remat, attention, ...) for every

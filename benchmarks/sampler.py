@@ -1,7 +1,8 @@
 """Sampler throughput: our prefill + on-device decode loop vs transformers' generate, same weights, same run.
 
     python benchmarks/sampler.py                       # embedded SmolLM2-135M, f32, vs transformers (CPU)
-    python benchmarks/sampler.py --model qwen3-0.6b --dtype bfloat16 --no_torch   # random Qwen3 weights (GPU)
+    python benchmarks/sampler.py --model qwen3-0.6b --reps 2   # random Qwen3-0.6B weights, exported for transformers
+    python benchmarks/sampler.py --dtype bfloat16      # both sides in bf16
 
 Prints a table (prefill and decode tokens/s, the ratio to transformers) and decode's fraction of the
 memory-bandwidth bound: a decode step must read every weight once, so weight_bytes / step_time is the
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import tempfile
 import time
 
 import jax
@@ -27,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from rubric_jax import PRESETS, init_model, load_model, load_tokenizer
+from rubric_jax.models.export import export_hf
 from rubric_jax.models.transformer import param_count
 from rubric_jax.sampling import left_pad, prefill, sample
 
@@ -148,13 +151,16 @@ def time_generate(model, tokenizer, prompts, new_tokens, reps):
     return best, int(generate_tokens(model, tokenizer, texts, **kw).lengths.sum())
 
 
-def time_torch(path, prompts, new_tokens, pad_id, reps, threads):
+def time_torch(path, prompts, new_tokens, pad_id, reps, threads, dtype="float32"):
+    """transformers' prefill and greedy generate on the same weights: `path` is a GGUF file (the embedded
+    model) or a Hugging Face checkpoint folder (random weights exported by `export_hf`)."""
     import torch
     import transformers
 
     torch.set_num_threads(threads)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32).eval()
+    where = {"gguf_file": os.path.basename(path)} if path.endswith(".gguf") else {}
+    folder = os.path.dirname(path) if where else path
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), **where).eval()
     ids = torch.tensor(prompts)
     am = torch.ones_like(ids)
     with torch.no_grad():
@@ -225,8 +231,12 @@ def main():
                              "bandwidth_fraction": weight_bytes / floor / bw,
                              "share_of_decode_step": floor / (ours_decode / args.new_tokens)}
 
-    if not args.no_torch and not random_weights and path.endswith(".gguf") and args.dtype == "float32":
-        t_pre, t_all, hf_tokens = time_torch(path, prompts, args.new_tokens, pad_id, args.reps, args.threads)
+    if not args.no_torch:
+        with tempfile.TemporaryDirectory() as tmp:
+            if random_weights:  # the same random weights, as a Hugging Face checkpoint transformers loads
+                path = export_hf(model, tmp, dtype=args.dtype)
+            t_pre, t_all, hf_tokens = time_torch(path, prompts, args.new_tokens, pad_id, args.reps, args.threads,
+                                                 args.dtype)
         t_dec = t_all - t_pre
         res["transformers"] = {"prefill_tok_s": args.batch * args.prompt_len / t_pre, "decode_tok_s": n_new / t_dec,
                                "decode_step_ms": 1e3 * t_dec / args.new_tokens}

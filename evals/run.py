@@ -155,7 +155,7 @@ def run_suite(suite, args) -> None:
         args.out = stage
         from evals.tools import SuiteTools
 
-        suite(args, SuiteTools.from_args(args))
+        suite(args, SuiteTools(args))
         _publish(stage, out)
         ok = True
     finally:

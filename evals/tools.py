@@ -1,6 +1,6 @@
 """What `evals.run` hands a suite besides its command line: `run(args, tools)`.
 
-    tools = SuiteTools.from_args(args)       # once per run, after args.out points at the staging directory
+    tools = SuiteTools(args)                 # once per run, after args.out points at the staging directory
     members = tools.load(tools.contestants(min_count=2))
     answers = tools.answers(members, prompts)          # {name: [each member's answers]}
     judge = tools.judge(spec)                          # one judge object per spec for the whole run
@@ -71,10 +71,6 @@ class SuiteTools:
         self.quiet = bool(args.quiet)
         self.out = OutputWriter(args.out)
         self._judges: dict[str, object] = {}
-
-    @classmethod
-    def from_args(cls, args) -> "SuiteTools":
-        return cls(args)
 
     def log(self, msg: str, end: str = "\n") -> None:
         """Progress on stderr; --quiet silences it (a suite's result table goes to stdout regardless)."""

@@ -60,7 +60,7 @@ def test_text_and_path(tmp_path):
 
 
 def test_the_tools_write_into_args_out(tmp_path):
-    tools = SuiteTools.from_args(_args(tmp_path))
+    tools = SuiteTools(_args(tmp_path))
     assert tools.out.dir == str(tmp_path / "out")
     assert not (tmp_path / "out").exists()  # nothing made before a file is written
 
@@ -86,7 +86,7 @@ def test_generate_passes_the_runs_settings_seed_cache_and_batch_size(tmp_path, c
     from evals.generate import GenSettings
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    tools = SuiteTools.from_args(_args(tmp_path, "--seed=7", "--batch_size=3", "--max_new_tokens=11",
+    tools = SuiteTools(_args(tmp_path, "--seed=7", "--batch_size=3", "--max_new_tokens=11",
                                        "--temperature=0.3", "--top_k=5", "--top_p=0.9", "--cache_dir=~/c", "--quiet"))
     assert tools.generate("m", ["p1", "p2"], desc="d") == ["p1|7", "p2|7"]
     assert calls[-1] == {"member": "m", "prompts": ["p1", "p2"], "seed": 7, "batch_size": 3, "progress": False,
@@ -94,13 +94,13 @@ def test_generate_passes_the_runs_settings_seed_cache_and_batch_size(tmp_path, c
                          "settings": GenSettings(max_new_tokens=11, temperature=0.3, top_k=5, top_p=0.9)}
     tools.generate("m", ["p1"], seed=9, settings=GenSettings(max_new_tokens=2))
     assert calls[-1]["seed"] == 9 and calls[-1]["settings"] == GenSettings(max_new_tokens=2)
-    loud = SuiteTools.from_args(_args(tmp_path))
+    loud = SuiteTools(_args(tmp_path))
     loud.generate("m", ["p1"])
     assert calls[-1]["progress"] is True and calls[-1]["seed"] == 0 and calls[-1]["batch_size"] == 8
 
 
 def test_answers_one_call_per_member_and_seed_in_prompt_order(tmp_path, calls):
-    tools = SuiteTools.from_args(_args(tmp_path, "--seed=4", "--quiet"))
+    tools = SuiteTools(_args(tmp_path, "--seed=4", "--quiet"))
     members = {"solo": ["s"], "pool": ["p0", "p1"]}
     got = tools.answers(members, ["x", "y", "z"], seeds=[5, 4, 5])
     assert got == {"solo": [["x|5", "y|4", "z|5"]], "pool": [["x|5", "y|4", "z|5"]] * 2}
@@ -127,7 +127,7 @@ def test_judge_is_built_once_per_spec_with_the_runs_flags(tmp_path, monkeypatch)
         return object()
 
     monkeypatch.setattr(evals.judges, "make_judge", fake)
-    tools = SuiteTools.from_args(_args(tmp_path, "--judge_questions=both", f"--cache_dir={tmp_path / 'c'}",
+    tools = SuiteTools(_args(tmp_path, "--judge_questions=both", f"--cache_dir={tmp_path / 'c'}",
                                        "--remote_timeout=7", "--remote_retries=2", "--remote_concurrency=3"))
     a = tools.judge("smollm2-135m-instruct")
     assert tools.judge(" smollm2-135m-instruct ") is a  # the same spec: the same judge
@@ -143,7 +143,7 @@ def test_scorer_gives_local_options_to_an_in_process_judge_only(tmp_path, monkey
 
     made = []
     monkeypatch.setattr(evals.scorers, "make_scorer", lambda spec, cache, **kw: made.append((spec, kw)))
-    tools = SuiteTools.from_args(_args(tmp_path, "--remote_timeout=7", "--remote_concurrency=3"))
+    tools = SuiteTools(_args(tmp_path, "--remote_timeout=7", "--remote_concurrency=3"))
     tools.scorer("smollm2-135m-instruct", mode="hard")
     tools.scorer("openai:m@http://h/v1", mode="hard")
     assert made == [("smollm2-135m-instruct", {"mode": "hard"}),
@@ -151,21 +151,21 @@ def test_scorer_gives_local_options_to_an_in_process_judge_only(tmp_path, monkey
 
 
 def test_judge_specs_and_contestants_check_what_a_suite_needs(tmp_path):
-    one = SuiteTools.from_args(_args(tmp_path, "--judge=j1"))
+    one = SuiteTools(_args(tmp_path, "--judge=j1"))
     assert one.judge_specs() == ["j1"] and one.judge_spec() == "j1"
-    two = SuiteTools.from_args(_args(tmp_path, "--judge=j0", "--judges=j1, j2"))
+    two = SuiteTools(_args(tmp_path, "--judge=j0", "--judges=j1, j2"))
     assert two.judge_specs() == ["j1", "j2"]  # --judges overrides --judge
     with pytest.raises(ValueError, match="exactly one judge"):
         two.judge_spec()
     with pytest.raises(ValueError, match="give a judge model"):
-        SuiteTools.from_args(_args(tmp_path)).judge_specs()
+        SuiteTools(_args(tmp_path)).judge_specs()
     assert [c.name for c in one.contestants()] == ["a"]
     with pytest.raises(ValueError, match="needs at least 2 contestants, got 1"):
         one.contestants(min_count=2)
 
 
 def test_log_is_silent_under_quiet(tmp_path, capsys):
-    SuiteTools.from_args(_args(tmp_path, "--quiet")).log("hidden")
-    SuiteTools.from_args(_args(tmp_path)).log("shown", end="")
+    SuiteTools(_args(tmp_path, "--quiet")).log("hidden")
+    SuiteTools(_args(tmp_path)).log("shown", end="")
     out = capsys.readouterr()
     assert out.err == "shown" and out.out == ""

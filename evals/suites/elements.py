@@ -143,7 +143,7 @@ def add_args(group) -> None:
 
 
 def run(args, tools=None) -> dict:
-    tools = tools or SuiteTools.from_args(args)
+    tools = tools or SuiteTools(args)
     if args.stories < 1 or not 0 < args.min_words <= args.max_words:
         raise ValueError("--stories must be >= 1 and 0 < --min_words <= --max_words")
     contestants = tools.contestants()

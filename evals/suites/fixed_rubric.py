@@ -327,7 +327,7 @@ def run(args, tools=None) -> dict:
     from evals.tools import SuiteTools
     from rubric_jax.rl.diagnostics import text_diagnostics
 
-    tools = tools or SuiteTools.from_args(args)
+    tools = tools or SuiteTools(args)
     judge_spec = args.judge.strip() or tools.judge_specs()[0]
     if args.tie_eps < 0 or args.tie_eps > 0.5:
         raise ValueError("--tie_eps must be in [0, 0.5]")

@@ -261,7 +261,7 @@ def run(args, tools=None) -> dict:
     from evals.suites.pairwise_elo import DEFAULT_PROMPTS, load_prompts
     from evals.tools import SuiteTools
 
-    tools = tools or SuiteTools.from_args(args)
+    tools = tools or SuiteTools(args)
     n = int(args.samples)
     if n < 2:
         raise ValueError("--samples: gv_gap needs at least 2 answers per prompt")

@@ -274,7 +274,7 @@ def run(args, tools=None) -> dict:
     from evals.tools import SuiteTools
     from rubric_jax.rl.diagnostics import text_diagnostics
 
-    tools = tools or SuiteTools.from_args(args)
+    tools = tools or SuiteTools(args)
     judge_spec = args.judge.strip() or tools.judge_specs()[0]
     data = os.path.abspath(args.health_data or DEFAULT_DATA)
     examples = load_examples(data, args.prompts)

@@ -115,7 +115,7 @@ def format_table(result: dict) -> str:
 
 def run(args, tools=None) -> dict:
     """args: the parsed command line (see evals.run); tools: its evals.tools.SuiteTools."""
-    tools = tools or SuiteTools.from_args(args)
+    tools = tools or SuiteTools(args)
     contestants = tools.contestants(min_count=2)
     judge_specs = tools.judge_specs()
     criteria = parse_criteria(args.criteria)

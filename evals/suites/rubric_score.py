@@ -272,7 +272,7 @@ def add_args(group) -> None:
 def run(args, tools=None) -> dict:
     from evals.report import plot_ratings, plot_win_rates, render_markdown
 
-    tools = tools or SuiteTools.from_args(args)
+    tools = tools or SuiteTools(args)
     if args.iterations < 1 or args.modifiers < 0:
         raise ValueError("--iterations must be >= 1 and --modifiers >= 0")
     contestants = tools.contestants()

@@ -1,10 +1,12 @@
 """Sampler throughput: our prefill + on-device decode loop vs transformers' generate, same weights, same run.
 
     python benchmarks/sampler.py                       # embedded SmolLM2-135M, f32, vs transformers (CPU)
-    python benchmarks/sampler.py --model qwen3-0.6b --reps 2   # random Qwen3-0.6B weights, exported for transformers
+    python benchmarks/sampler.py --model qwen3-0.6b --reps 2   # random Qwen3-0.6B weights
     python benchmarks/sampler.py --dtype bfloat16      # both sides in bf16
+    python benchmarks/sampler.py --model qwen2.5-coder-1.5b-instruct --reps 2   # the 1.5B judge (pip install -e ".[judge]")
 
-Prints a table (prefill and decode tokens/s, the ratio to transformers) and decode's fraction of the
+transformers runs the very weights ours does (exported with `export_hf` in the run's dtype). Prints a table
+(prefill and decode tokens/s, the ratio to transformers) and decode's fraction of the
 memory-bandwidth bound: a decode step must read every weight once, so weight_bytes / step_time is the
 achieved weight-read bandwidth; it is compared to a measured device copy bandwidth (bytes read + written
 per second by a large array copy). The step's weight matmuls are also timed alone (no attention, cache
@@ -151,16 +153,13 @@ def time_generate(model, tokenizer, prompts, new_tokens, reps):
     return best, int(generate_tokens(model, tokenizer, texts, **kw).lengths.sum())
 
 
-def time_torch(path, prompts, new_tokens, pad_id, reps, threads, dtype="float32"):
-    """transformers' prefill and greedy generate on the same weights: `path` is a GGUF file (the embedded
-    model) or a Hugging Face checkpoint folder (random weights exported by `export_hf`)."""
+def time_torch(folder, prompts, new_tokens, pad_id, reps, threads, dtype="float32"):
+    """transformers' prefill and greedy generate on the Hugging Face checkpoint in `folder`."""
     import torch
     import transformers
 
     torch.set_num_threads(threads)
-    where = {"gguf_file": os.path.basename(path)} if path.endswith(".gguf") else {}
-    folder = os.path.dirname(path) if where else path
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), **where).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).eval()
     ids = torch.tensor(prompts)
     am = torch.ones_like(ids)
     with torch.no_grad():
@@ -193,9 +192,8 @@ def main():
     args = ap.parse_args()
     dtype = jnp.dtype(args.dtype)
 
-    random_weights = args.model.lower() in PRESETS
-    if random_weights:
-        model, tokenizer, path = init_model(PRESETS[args.model.lower()], dtype=dtype), None, None
+    if args.model.lower() in PRESETS:
+        model, tokenizer = init_model(PRESETS[args.model.lower()], dtype=dtype), None
     else:
         from rubric_jax.models.loading import resolve_checkpoint
 
@@ -232,11 +230,12 @@ def main():
                              "share_of_decode_step": floor / (ours_decode / args.new_tokens)}
 
     if not args.no_torch:
+        # transformers loads the very weights we run, exported in the run's dtype: the same numbers on both
+        # sides for random presets and real checkpoints alike, and no wait on transformers' GGUF dequantizer
+        # (over 15 minutes for the 1.5B judge's Q4_K_M file on this CPU).
         with tempfile.TemporaryDirectory() as tmp:
-            if random_weights:  # the same random weights, as a Hugging Face checkpoint transformers loads
-                path = export_hf(model, tmp, dtype=args.dtype)
-            t_pre, t_all, hf_tokens = time_torch(path, prompts, args.new_tokens, pad_id, args.reps, args.threads,
-                                                 args.dtype)
+            t_pre, t_all, hf_tokens = time_torch(export_hf(model, tmp, dtype=args.dtype), prompts, args.new_tokens,
+                                                 pad_id, args.reps, args.threads, args.dtype)
         t_dec = t_all - t_pre
         res["transformers"] = {"prefill_tok_s": args.batch * args.prompt_len / t_pre, "decode_tok_s": n_new / t_dec,
                                "decode_step_ms": 1e3 * t_dec / args.new_tokens}

@@ -9,6 +9,7 @@ import numpy as np
 from flax import nnx
 import pytest
 
+from conftest import last_token_logits
 from rubric_jax.judge import (
     Judge,
     JudgmentCache,
@@ -46,18 +47,7 @@ def judge(tiny_qwen3_model, qwen_tokenizer):
 
 def _reference(model, tok, seqs, ids):
     """Verdict-token logits at the last token of each full sequence: plain forward, no cache."""
-    import jax.numpy as jnp
-
-    t = max(len(s) for s in seqs)
-    toks = np.full((len(seqs), t), tok.pad_id, np.int32)
-    mask = np.zeros((len(seqs), t), bool)
-    for i, s in enumerate(seqs):
-        toks[i, :len(s)] = s
-        mask[i, :len(s)] = True
-    # the logits at the last token only (all positions over a 152k vocabulary cost seconds to no purpose)
-    hidden, _ = model(jnp.asarray(toks), mask_bt=jnp.asarray(mask), return_hidden=True)
-    last = np.asarray([len(s) - 1 for s in seqs])
-    return np.asarray(model.logits(hidden[np.arange(len(seqs)), last]))[:, ids]
+    return last_token_logits(model, seqs, tok.pad_id)[:, ids]
 
 
 def _softmax(x):
@@ -506,17 +496,7 @@ def test_two_digit_scales_read_digit_by_digit_equal_full_sequences(judge, tiny_q
     for c, cr in enumerate(crits[:2]):
         lead = range(1, cr.max_points // 10 + 1)
         seqs = [list(h) + list(pb.suffix("point", cr)) + ([ids[d]] if d else []) for h in heads for d in [0, *lead]]
-        import jax.numpy as jnp
-
-        t = max(len(s) for s in seqs)
-        toks = np.full((len(seqs), t), qwen_tokenizer.pad_id, np.int32)
-        mask = np.zeros((len(seqs), t), bool)
-        for i, s in enumerate(seqs):
-            toks[i, :len(s)], mask[i, :len(s)] = s, True
-        # logits at each sequence's last token only: all positions over Qwen's 152k vocabulary were 2 GB in f64
-        hidden, _ = tiny_qwen3_model(jnp.asarray(toks), mask_bt=jnp.asarray(mask), return_hidden=True)
-        last = np.asarray(tiny_qwen3_model.logits(hidden[np.arange(len(seqs)), [len(s) - 1 for s in seqs]]),
-                          np.float64)
+        last = last_token_logits(tiny_qwen3_model, seqs, qwen_tokenizer.pad_id)
         logp = last - np.log(np.exp(last - last.max(-1, keepdims=True)).sum(-1, keepdims=True)) - last.max(
             -1, keepdims=True)
         p = np.exp(logp[:, ids]).reshape(len(RESPONSES), 1 + len(lead), 10)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import last_token_logits
 from rubric_jax.judge import Judge, JudgeConfig
 from rubric_jax.judge.listwise import ListwisePrompts, listwise_batch
 from rubric_jax.judge.prompts import PromptConfig
@@ -154,13 +155,9 @@ def test_label_logits_equal_a_plain_forward_of_each_sequence(judge, tiny_qwen3_m
         for ci, cr in enumerate(CRITERIA):
             seqs.append(head + lp.suffix(cr, g))
             where.append((r, ci))
-    width = max(map(len, seqs))
-    tokens = np.zeros((len(seqs), width), np.int32)
-    for i, sq in enumerate(seqs):
-        tokens[i, :len(sq)] = sq
-    logits = np.asarray(tiny_qwen3_model(jnp.asarray(tokens))[0], np.float64)
+    logits = last_token_logits(tiny_qwen3_model, seqs)
     for i, (r, ci) in enumerate(where):
-        want = logits[i, len(seqs[i]) - 1, ids]
+        want = logits[i, ids]
         np.testing.assert_allclose(res.label_logits[r, :, ci], want, atol=1e-4)
 
 

@@ -1,10 +1,10 @@
 """The LLM constraint verifier: its verdicts equal a plain forward of each full sequence, both label orders
 cancel a letter bias, a response's head is read once for all its constraints, hard mode and unreadable orders."""
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import last_token_logits
 from rubric_jax.judge import Judge
 from rubric_jax.judge.verify import _result, verify_batch
 
@@ -37,13 +37,9 @@ def test_verdicts_equal_a_plain_forward_of_each_sequence(judge, tiny_qwen3_model
                 seqs.append(head + pb.verify_suffix(text, o))
                 where.append((a, k, o))
     # one batch, right-padded: under the causal mask a sequence's last real position sees only its own tokens
-    width = max(map(len, seqs))
-    tokens = np.zeros((len(seqs), width), np.int32)
-    for i, sq in enumerate(seqs):
-        tokens[i, :len(sq)] = sq
-    logits = np.asarray(tiny_qwen3_model(jnp.asarray(tokens))[0], np.float64)
+    logits = last_token_logits(tiny_qwen3_model, seqs)
     for i, (a, k, o) in enumerate(where):
-        lg = logits[i, len(seqs[i]) - 1, ids]
+        lg = logits[i, ids]
         p_first = np.exp(lg[0] - np.logaddexp(lg[0], lg[1]))
         np.testing.assert_allclose(res.p_orders[a, k, o], p_first if o == 0 else 1.0 - p_first, atol=2e-5)
     np.testing.assert_allclose(res.p_pass, res.p_orders.mean(-1), atol=1e-6)

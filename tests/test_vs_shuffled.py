@@ -111,8 +111,8 @@ def test_the_15b_judge_ranks_smollm2_above_its_shuffled_copy_in_every_suite(tmp_
     blind pairwise validation rank the model above its word-shuffled copy, and gv_gap's verification accuracy
     is above chance. health and fixed_rubric's pointwise metrics do not (the README says why): the 1.5B marks
     most items met, and gives most metrics their top score, whatever it reads; that is checked. Over 30 s: six
-    suites, each generating with the 135M model and judging with the 1.5B in f32 on a CPU. Heavy: about 35
-    minutes on 2 cores (the README's table gives each suite's time); test_runs_every_suite_and_says_which_hold
+    suites, each generating with the 135M model and judging with the 1.5B in f32 on a CPU. Heavy: 62 minutes
+    alone on 2 cores in a clean clone (the README's table gives each suite's time); test_runs_every_suite_and_says_which_hold
     checks the same command on known results."""
     from rubric_jax.models import parts
 

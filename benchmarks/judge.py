@@ -18,8 +18,8 @@ Each of our variants runs once to compile, then is timed (`--repeat` runs, best 
 (d) and (e) warm up on their first batch only (nothing to compile); on 2 CPU cores the five legs together
 take about 25 minutes (1512 s, f32 SmolLM2, nothing else running). The judgment cache is off. (b), (c) and
 (d) are timed on the first `--baseline_g` responses (all their ordered pairs, all criteria) unless --full:
-their per-judgment cost does not depend on G, and on CPU the full set takes many minutes. Prints a table with ratios, writes JSON (--out), and with --profile_dir writes a
-jax.profiler trace of one (a) pass.
+their per-judgment cost does not depend on G, and on CPU the full set takes many minutes. Prints a table
+with ratios, writes JSON (--out), and with --profile_dir writes a jax.profiler trace of one (a) pass.
 
     python benchmarks/judge.py --out /tmp/judge_bench.json
     python benchmarks/judge.py --model=qwen2.5-coder-1.5b-instruct --g=4 --criteria=2 --skip=none,gen,hf \
@@ -185,7 +185,7 @@ def main(argv=None):
     ap.add_argument("--criteria", type=int, default=13)
     ap.add_argument("--gen_tokens", type=int, default=16)
     ap.add_argument("--baseline_g", type=int, default=3, help="responses used to time (b), (c) and (d)")
-    ap.add_argument("--full", action="store_true", help="time (b) and (c) on all G responses too")
+    ap.add_argument("--full", action="store_true", help="time (b), (c) and (d) on all G responses too")
     ap.add_argument("--skip", default="", help="comma list of variants to skip: tree,none,gen,hf,hff")
     ap.add_argument("--hf_batch", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=1)

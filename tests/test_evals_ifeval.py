@@ -418,6 +418,53 @@ def test_per_prompt_verdicts_match_lm_eval(lm_eval_utils, tmp_path):
     assert len(followed) >= 22 and len(missed) >= 18, (sorted(set(INSTRUCTION_IDS) - followed), len(missed))
 
 
+# IFEval's published input_data.jsonl lists one id twice with different kwargs in 17 prompts (one bound from
+# each side, or two keywords); lines of that shape, written for this test, in the file's own field order.
+REPEATED_ID_INPUTS = [
+    {"key": 9001, "prompt": "Describe a lighthouse keeper's morning. Put a few words in CAPITALS for emphasis, "
+                            "but fewer than 4 of them.",
+     "instruction_id_list": ["change_case:capital_word_frequency", "change_case:capital_word_frequency"],
+     "kwargs": [{"capital_relation": "less than", "capital_frequency": 4},
+                {"capital_relation": "at least", "capital_frequency": 1}]},
+    {"key": 9002, "prompt": "Tell me about tides. Use the word moon at least 3 times and the word sea at least 2 "
+                            "times. Do not use commas.",
+     "instruction_id_list": ["keywords:frequency", "keywords:frequency", "punctuation:no_comma"],
+     "kwargs": [{"relation": "at least", "keyword": "moon", "frequency": 3},
+                {"relation": "at least", "keyword": "sea", "frequency": 2}, {}]},
+]
+REPEATED_ID_RESPONSES = {
+    9001: "The keeper climbs the stairs at DAWN. He trims the wick and writes in his log.",  # 1 capital word
+    9002: "The moon pulls the sea and the moon lets it go. The moon again.",  # moon 3, sea 1, no comma
+}
+
+
+def test_a_repeated_instruction_id_is_two_instructions_as_in_the_reference(lm_eval_utils, tmp_path):
+    """Google's file as published: each (id, kwargs) entry is scored on its own and counted on its own in the
+    instruction-level figures, exactly as lm-eval's (Google's) scorer does."""
+    inp = _write_jsonl(tmp_path / "input_data.jsonl", REPEATED_ID_INPUTS)
+    resp = _write_jsonl(tmp_path / "responses.jsonl",
+                        [{"prompt": r["prompt"], "response": REPEATED_ID_RESPONSES[r["key"]]} for r in REPEATED_ID_INPUTS])
+    examples = load_input_data(inp)
+    assert [ex.instruction_id_list for ex in examples] == [r["instruction_id_list"] for r in REPEATED_ID_INPUTS]
+    responses = load_responses(resp)
+    ours = evaluate(examples, responses)
+    assert ours["n_instructions"] == 5
+    for mode in ("strict", "loose"):
+        want = _reference_rows(lm_eval_utils, examples, responses, loose=mode == "loose")
+        assert [r["follow_instruction_list"] for r in ours[f"eval_results_{mode}"]] == want, mode
+    # worked by hand: 9001 follows both bounds; 9002 has moon 3 times but sea once, and no comma
+    assert ours["eval_results_strict"][0]["follow_instruction_list"] == [True, True]
+    assert ours["eval_results_strict"][1]["follow_instruction_list"] == [True, False, True]
+    assert ours["inst_level_strict_acc"] == pytest.approx(4 / 5)
+    assert ours["prompt_level_strict_acc"] == pytest.approx(1 / 2)
+    assert ours["per_instruction"]["keywords:frequency"]["n"] == 2
+    assert ours["per_instruction"]["change_case:capital_word_frequency"]["n"] == 2
+    # the command line reads the file as published too
+    assert main([f"--input_data={inp}", f"--responses={resp}", f"--out={tmp_path / 'out'}"]) == 0
+    (scored,) = json.loads((tmp_path / "out" / "ifeval.json").read_text())["models"].values()
+    assert scored["n_instructions"] == 5 and scored["inst_level_strict_acc"] == pytest.approx(4 / 5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors
 

@@ -45,43 +45,18 @@ noisy at 16 rollouts a step; verifier_pass/<id> gives it per instruction id and 
 mixed groups. The base scores 42.0% instruction-level and 18.9% prompt-level strict on the 132 evaluation
 prompts; this run's adapters (the same on a rerun) score 48.4% and 28.0%: +6.4 points instruction-level
 strict, 95% paired interval [+1.4, +11.5] (README, "Does it learn?"), mostly formats kept by shorter answers.
+The same run with the verdicts from a judge instead of the program: configs/learn_ifeval_judged.py (the 1.5B
+judge, met / not met per instruction), learn_ifeval_pairwise.py (the 1.5B comparing rollouts per instruction,
+RcRL's win rate) and learn_ifeval_selfjudged.py (the policy's frozen base verifies); everything else is shared
+(`rubric_jax.config_base.ifeval_learning`), and all four are measured by the program.
 On a GPU or TPU host scale it up (--config.prompts_per_step=8 --config.steps=200
 --config.max_completion_len=256 --config.loss.micro_batch_size=16) rather than reading much into the CPU run.
 """
 
-from importlib import resources
-
-from rubric_jax.config_base import base_config, finalize, rlmr_overrides
-
-DATA = str(resources.files("rubric_jax.data") / "ifeval_train.jsonl")
-
-
-def _tiny(c):
-    """:tiny: tiny_overrides' 2 prompts x G = 2 for 2 steps, with room for a few words of an answer."""
-    c.max_completion_len = 24
-    return c
+from rubric_jax.config_base import base_config, finalize, ifeval_learning, ifeval_tiny, ifeval_verified
 
 
 def get_config(arg=None):
-    c = rlmr_overrides(base_config(), mix="linear", a=0.0, b=1.0)
-    c.rlmr.writing = "none"  # the verifier is the whole reward: the judge never runs
-    c.rlmr.verifier = "program"  # every constraint has IFEval's checker; one without would be a config error
-    c.model = "smollm2-135m-instruct"
-    c.dtype = "float32"
-    c.data.path = DATA
-    c.steps = 12
-    c.prompts_per_step = 2
-    c.group_size = 8
-    c.max_prompt_len = 104  # the longest training prompt is 98 tokens with SmolLM2's chat template
-    c.max_completion_len = 160
-    c.sampling.temperature = 1.0
-    c.lora.rank, c.lora.alpha, c.lora.dropout = 16, 32.0, 0.0
-    c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 2e-4, 2, "constant"
-    # 4 micro-batches of 4: without rematerialisation a 264-token sequence holds ~0.8 GiB of activations
-    c.loss.micro_batch_size = 4
-    c.dynamic.max_rounds = 1
-    # short sequences on a CPU: recomputation would cost time and save memory that is not needed
-    c.forward.remat = "none"
-    c.forward.attention = "plain"
-    c.checkpoint.every = 4
-    return finalize(c, arg, tiny=_tiny)
+    # every constraint has IFEval's checker; one without would be a config error
+    c = ifeval_learning(ifeval_verified(base_config(), "program"))
+    return finalize(c, arg, tiny=ifeval_tiny)

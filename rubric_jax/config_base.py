@@ -20,6 +20,8 @@ them with temperature 0.7; Table 6 does not list a temperature and TRL's default
 
 from __future__ import annotations
 
+from importlib import resources
+
 import ml_collections
 from ml_collections import config_dict
 
@@ -78,13 +80,16 @@ def base_config() -> ml_collections.ConfigDict:
     # a checkpoint (dir / .gguf / embedded name) loaded frozen beside the policy, with its own tokenizer, for every
     # judge of the run (the reward judge, the pacing judge, RARE's scorer, RLMR's verifier; docs/method.md)
     # dtype: that model's weights ("" = config.dtype)
+    # program_agreement: where a criterion or constraint the judge decides is also an IFEval instruction a program
+    # checks, log how often the judge agrees with the program (judge/program_agreement[/<id>]); the program's
+    # verdicts are computed for the log only and never reach the reward
     # questions: better (default) | worse | both: which pairwise question(s) the judge answers; "both" pools the
     # two readings, the worse one weighted by worse_weight (JudgeConfig.questions; README, "A judge apart")
     # comparison: pairwise (pairs of a group's responses, scheduled by `pairing`: all | circular | swiss) |
     # listwise (the whole group in one judge sequence per presentation; rubric_jax.judge.listwise)
     c.judge = ml_collections.ConfigDict(dict(mode="sign", comparison="pairwise", pairing="all",
                                              max_response_tokens=1024, model="", dtype="", questions="better",
-                                             worse_weight=3.0))
+                                             worse_weight=3.0, program_agreement=True))
     # method: the reward method (rubric_jax.methods): pairwise | absolute (RcRL and the Table 3 baselines, on the
     # config's rubric or each prompt's) | rare | rlmr | any other registered name.
     # judging: the old name of `method`, still read for one release (rubric_jax.config_checks.apply_renames).
@@ -213,6 +218,58 @@ def rlmr_overrides(c: ml_collections.ConfigDict, *, mix: str = "penalty", a: flo
     c.loss.micro_batch_size = 8
     c.sampling.temperature = 1.0  # the RLMR paper gives no temperature: GRPO's usual 1.0
     c.steps = 500
+    return c
+
+
+def ifeval_learning(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Everything but the reward's source of configs/learn_ifeval.py and its judged twins (learn_ifeval_judged,
+    _pairwise, _selfjudged): prompts, G, steps, lengths, sampling, LoRA, optimizer, loss, dynamic sampling and
+    seed, so the four runs differ in who gives the verdict alone. Each choice is explained in
+    configs/learn_ifeval.py."""
+    c.model = "smollm2-135m-instruct"
+    c.dtype = "float32"
+    c.data.path = str(resources.files("rubric_jax.data") / "ifeval_train.jsonl")
+    c.data.with_constraints = True
+    c.seed = 0
+    c.steps = 12
+    c.prompts_per_step = 2
+    c.group_size = 8
+    c.max_prompt_len = 104  # the longest training prompt is 98 tokens with SmolLM2's chat template
+    c.max_completion_len = 160
+    c.sampling.temperature = 1.0
+    c.lora.rank, c.lora.alpha, c.lora.dropout = 16, 32.0, 0.0
+    c.optim.lr, c.optim.warmup_steps, c.optim.schedule = 2e-4, 2, "constant"
+    c.loss.advantage = "grpo"
+    c.loss.aggregation = "token_mean"
+    # 4 micro-batches of 4: without rematerialisation a 264-token sequence holds ~0.8 GiB of activations
+    c.loss.micro_batch_size = 4
+    c.dynamic.enabled = True
+    c.dynamic.max_rounds = 1
+    # short sequences on a CPU: recomputation would cost time and save memory that is not needed
+    c.forward.remat = "none"
+    c.forward.attention = "plain"
+    c.checkpoint.every = 4
+    c.reward.curriculum = False
+    c.reward.weighting = "equal"
+    return c
+
+
+def ifeval_verified(c: ml_collections.ConfigDict, verifier: str) -> ml_collections.ConfigDict:
+    """The reward of the IFEval learning configs that read one verdict per instruction: RLMR's verifier alone
+    (linear mix a = 0, b = 1, no writing reward), 1 when every instruction of the prompt is kept, else 0.
+    verifier: "program" (IFEval's checkers) or "llm" (the run's judge reads each instruction's sentence)."""
+    c = rlmr_overrides(c, mix="linear", a=0.0, b=1.0)
+    c.rlmr.writing = "none"  # the verifier is the whole reward
+    c.rlmr.verifier = verifier
+    return c
+
+
+def ifeval_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """:tiny of the IFEval learning configs: tiny_overrides' 2 prompts x G = 2 for 2 steps, with room for a few
+    words of an answer; the policy's own base judges (the 1.5B judge is an optional install)."""
+    c.max_completion_len = 24
+    c.judge.model = ""
+    c.judge.max_response_tokens = 32
     return c
 
 

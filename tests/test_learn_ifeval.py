@@ -81,8 +81,13 @@ def test_every_training_instruction_parses_is_stated_and_is_checked_by_a_program
             assert resolve_method(con, c.rlmr.verifier) == "program", (r.id, con.kind)
             assert {check_program(con, s) for s in samples} <= {True, False}
             # the prompt says what is checked: every number, word, marker and relation of the instruction
-            assert not _stated(r.prompt, con.kind, {k: v for k, v in raw.items() if k != "type"}), (r.id, con.kind)
+            assert not _stated(r.prompt, con.kind, {k: v for k, v in raw.items() if k not in ("type", "text")}), \
+                (r.id, con.kind)
+            # the judge reads the prompt's own sentence for it, and the pairwise rubric the same sentence
+            assert con.text == raw["text"] and raw["text"] in r.prompt, (r.id, con.kind)
         assert 1 <= len(cons) <= 2
+        rubric = r.load_rubric()
+        assert [(c.id, c.check) for c in rubric.criteria] == [(con.kind, con.text) for con in cons], r.id
         if len(cons) == 2:
             assert T.compatible(cons[0].kind, cons[1].kind), r.id
     # every id the generator uses opens PER_ID prompts; the language instruction is left out on purpose

@@ -3,8 +3,11 @@
 Writes ``ifeval_train.jsonl`` beside this file (``python -m rubric_jax.data.ifeval_train`` rewrites it;
 tests/test_learn_ifeval.py checks that the stored file is exactly what `build` makes). Each record is a
 project prompt record (`rubric_jax.data` schema): the prompt, ``task: "ifeval_train"``, and one constraint
-``{"type": <IFEval instruction id>, <its kwargs>}`` per instruction stated in the prompt, which the RLMR
-verifier checks by program (`rubric_jax.verifiers.ifeval`, strict). ``meta`` keeps the stem index.
+``{"type": <IFEval instruction id>, <its kwargs>, "text": <the prompt's sentence that states it>}`` per
+instruction, which the RLMR verifier checks by program (`rubric_jax.verifiers.ifeval`, strict) or, in the judged
+configs, by a judge reading that sentence (never a paraphrase of the checker); ``rubric`` holds the same
+instructions as criteria (`instruction_rubric`), for pairwise judging per instruction. ``meta`` keeps the stem
+index.
 
 The set is built to be disjoint from the IFEval evaluation prompts (`evals/data/ifeval_prompts.jsonl`):
 every stem and every instruction sentence below was written for this file, on other topics, so what a run
@@ -352,9 +355,16 @@ def compatible(a: str, b: str) -> bool:
 def _record(idx: int, stem_idx: int, stem: str, parts: list[tuple[str, dict, str]]) -> dict:
     # the repeat instruction goes last, so "the first sentence" is the stem whatever else is asked
     parts = sorted(parts, key=lambda p: p[0] == "combination:repeat_prompt")
-    return {"id": f"ifeval_train-{idx:03d}", "prompt": " ".join([stem] + [s for _, _, s in parts]),
-            "task": "ifeval_train", "constraints": [{"type": iid, **kw} for iid, kw, _ in parts],
-            "meta": {"stem": stem_idx}}
+    rid = f"ifeval_train-{idx:03d}"
+    return {"id": rid, "prompt": " ".join([stem] + [s for _, _, s in parts]), "task": "ifeval_train",
+            "constraints": [{"type": iid, **kw, "text": s} for iid, kw, s in parts],
+            "rubric": instruction_rubric(rid, parts), "meta": {"stem": stem_idx}}
+
+
+def instruction_rubric(name: str, parts: list[tuple[str, dict, str]]) -> dict:
+    """The prompt's instructions as its rubric (a judged run with rubric_source="record"): one binary criterion
+    per instruction, its id the instruction id, its check the very sentence of the prompt that states it."""
+    return {"name": name, "criteria": [{"id": iid, "name": "Instruction", "check": s} for iid, _, s in parts]}
 
 
 def build(seed: int = SEED, per_id: int = PER_ID) -> list[dict]:

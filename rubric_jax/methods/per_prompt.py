@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rubric_jax.config_checks import ConfigError
+from rubric_jax.methods import agreement
 from rubric_jax.methods.base import Method, RewardBatch, RewardOut, register
 from rubric_jax.rare.store import RubricStore
 from rubric_jax.rl.reward import judge_rewards_per_prompt, per_prompt_metrics
@@ -40,11 +41,19 @@ class PerPromptMethod(Method):
         return records
 
     def reward(self, batch: RewardBatch) -> RewardOut:
-        r_bg, rows = judge_rewards_per_prompt(self.ctx.judge, batch.prompts, batch.responses,
-                                              [self.store.get(r) for r in batch.records], self.reward_cfg,
-                                              seed=batch.step, group_ids=batch.group_ids)
+        rubrics = [self.store.get(r) for r in batch.records]
+        observe = None
+        # pairwise verdicts on criteria that are also program-checked instructions: the program's agreement, logged
+        if self.config.judge.program_agreement and self.reward_cfg.method == "pairwise":
+            observe = lambda results: agreement.pairwise_rows(results, batch.records, rubrics, batch.responses)  # noqa: E731
+        r_bg, rows = judge_rewards_per_prompt(self.ctx.judge, batch.prompts, batch.responses, rubrics,
+                                              self.reward_cfg, seed=batch.step, group_ids=batch.group_ids,
+                                              observe=observe)
         return RewardOut(r_bg, {"judge": rows})
 
     def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:
-        return per_prompt_metrics(rows["judge"], self.reward_cfg)
+        out = per_prompt_metrics(rows["judge"], self.reward_cfg)
+        if "observed" in rows["judge"]:
+            out.update(agreement.metrics(rows["judge"]["observed"]))
+        return out
 

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rubric_jax.config_checks import section
+from rubric_jax.methods import agreement
 from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
 from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.methods.per_prompt import load_store
@@ -75,6 +76,7 @@ class RlmrRuntime:
     verifier: ConstraintVerifier
     constraints: dict[str, tuple[Constraint, ...]]  # by record id
     reward_model: Any = None  # (RewardModel, tokenizer) for writing="reward_model"
+    agreement: bool = False  # log the LLM verifier's agreement with the programs (judge.program_agreement)
 
 
 def record_constraints(cfg: RlmrConfig, records) -> dict[str, tuple[Constraint, ...]]:
@@ -106,7 +108,7 @@ def build(config, judge, records, constraints=None) -> RlmrRuntime:
         from rubric_jax.models.reward_model import load_reward_model
 
         rm = load_reward_model(cfg.reward_model)
-    return RlmrRuntime(cfg, verifier, constraints, rm)
+    return RlmrRuntime(cfg, verifier, constraints, rm, agreement=bool(config.judge.program_agreement))
 
 
 def group_keys(key, group_ids: Sequence[int]):
@@ -160,6 +162,8 @@ def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], respon
                     "has_constraints": np.asarray([bool(v.constraints) for v in verdicts]),
                     "delta": np.asarray(delta, np.float32), "dropped": drop, "type_passed": passed,
                     "type_total": total}
+    if rt.agreement:  # after the rewards are fixed: the programs' verdicts are for the log only
+        rows["agreement"] = agreement.pointwise_rows(verdicts, responses)
     return r_new, rows, drop
 
 
@@ -242,6 +246,8 @@ class RlmrMethod(Method):
 
     def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:
         out = rlmr_metrics(rows["rlmr"], self.rt.cfg)
+        if "agreement" in rows:
+            out.update(agreement.metrics(rows["agreement"]))
         worst = violator_adv_max(adv_bg, picked["violate"], picked["weight"])
         if worst is not None:
             out["rlmr/violator_adv_max"] = worst

@@ -96,3 +96,44 @@ def verdict_entropy(probs_nk: jnp.ndarray, valid_n: jnp.ndarray | None = None) -
     v = jnp.ones(h.shape, dtype=bool) if valid_n is None else jnp.asarray(valid_n, dtype=bool)
     n = jnp.sum(v)
     return jnp.where(n > 0, jnp.sum(jnp.where(v, h, 0.0)) / jnp.maximum(n, 1), 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fidelity against a program (the judge's verdicts where IFEval's checkers also decide; logged only)
+
+
+def pointwise_program_agreement(judge_pass_gk, program_pass_gk, decided_gk=None) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Per criterion k: (agreeing verdicts, verdicts compared), both (K,).
+
+        agree_k = sum_g [judge_pass_gk == program_pass_gk] * d_gk,   n_k = sum_g d_gk
+
+    judge_pass_gk, program_pass_gk: (G, K) booleans (the judge's met / not met, the program's keeps / breaks);
+    decided_gk: (G, K) which entries both decided (default all). Counts, not a ratio, so that groups and
+    processes pool by summing before the share agree / n is taken."""
+    j = jnp.asarray(judge_pass_gk, dtype=bool)
+    p = jnp.asarray(program_pass_gk, dtype=bool)
+    d = jnp.ones(j.shape, dtype=bool) if decided_gk is None else jnp.asarray(decided_gk, dtype=bool)
+    return jnp.sum((j == p) & d, axis=0), jnp.sum(d, axis=0)
+
+
+def pairwise_program_agreement(p_ggk, pair_mask_gg, program_pass_gk, decided_k=None) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Per criterion k: (program-decided pairs the judge orders the same way, program-decided pairs), both (K,).
+
+    A judged pair {i, j} is program-decided on k when the program says one keeps criterion k and the other
+    breaks it; the judge orders it the same way when p_k(keeper > breaker) > 1/2 (a tie, exactly 1/2, counts as
+    not the same way). Each unordered pair counts once:
+
+        agree_k = sum_{i<j, m_ij, v_ik != v_jk} [p_ijk > 1/2 if v_ik else p_ijk < 1/2],   n_k = sum of the same pairs
+
+    p_ggk: (G, G, K) p_k(i beats j) (`PairwiseResult.p`); pair_mask_gg: (G, G) judged pairs; program_pass_gk:
+    (G, K) booleans; decided_k: (K,) criteria the program checks at all (default all)."""
+    p = _as_float(p_ggk)
+    v = jnp.asarray(program_pass_gk, dtype=bool)
+    g = p.shape[0]
+    upper = jnp.triu(jnp.ones((g, g), dtype=bool), k=1) & jnp.asarray(pair_mask_gg, dtype=bool)
+    split = v[:, None, :] != v[None, :, :]  # (G, G, K): one keeps, the other breaks
+    counted = upper[:, :, None] & split
+    if decided_k is not None:
+        counted = counted & jnp.asarray(decided_k, dtype=bool)[None, None, :]
+    same = jnp.where(v[:, None, :], p > 0.5, p < 0.5)  # i is the keeper: i must win; else j must
+    return jnp.sum(counted & same, axis=(0, 1)), jnp.sum(counted, axis=(0, 1))

@@ -184,13 +184,15 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
 
 def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]],
                              rubrics: Sequence[Rubric], cfg: RewardConfig, *, seed: int = 0,
-                             group_ids: Sequence[int] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+                             group_ids: Sequence[int] | None = None,
+                             observe=None) -> tuple[np.ndarray, dict[str, Any]]:
     """(r_bg, rows) when every prompt has its own rubric (config.rubric_source = record | task): all of a
     prompt's criteria active with equal weights 1/C_b (no curriculum: the criteria differ per prompt).
     This is the "instance-specific rubric" baseline of the RcRL paper (its HealthBench table).
 
     rows = {"signal": (B,) mean |win rate - 1/2| (pairwise) or mean normalised score (absolute) per group,
-            "criteria": (B,) C_b, "health": one dict of judge figures per group}."""
+            "criteria": (B,) C_b, "health": one dict of judge figures per group}. observe(results) -> rows, when
+    given, reads the judge's per-group results for the log (rows["observed"]); it cannot change the rewards."""
     crits = [list(r.criteria) for r in rubrics]
     results = _judged(judge, prompts, responses, crits, cfg, seed, group_ids)
     rewards, per_c = group_rewards(results, [RC.all_active_weights(len(cs)) for cs in crits], cfg.method)
@@ -198,6 +200,8 @@ def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[
     signal = [float(np.abs(x - 0.5).mean()) if cfg.method == "pairwise" else float(x.mean()) for x in per_c]
     rows = {"signal": np.asarray(signal, np.float32), "criteria": np.asarray([len(c) for c in crits], np.int32),
             "health": [dict(res.metrics) for res in results]}
+    if observe is not None:
+        rows["observed"] = observe(results)
     return np.stack(rewards).astype(np.float32), rows
 
 

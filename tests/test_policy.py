@@ -159,3 +159,30 @@ def test_the_update_reads_the_log_probs_the_sampler_recorded_with_top_p_on():
     # without the sampler's values nothing is claimed
     assert "mismatch/logp_max" not in policy.update(dataclasses.replace(batch, sample_logp_bt=None),
                                                     jax.random.key(1))
+
+
+def test_max_grad_norm_0_means_no_clipping_as_documented():
+    """optim.max_grad_norm=0 ("no clipping") once made optax scale every gradient to 0, so LoRA never moved. Now
+    it updates exactly as a clip that never triggers, and unlike a clip that does."""
+    import jax
+    import jax.numpy as jnp
+
+    params = {"a": jnp.asarray([1.0, -2.0, 0.5]), "b": jnp.asarray([[0.3, 0.1], [-0.4, 2.0]])}
+    grads = {"a": jnp.asarray([3.0, -4.0, 1.0]), "b": jnp.asarray([[0.5, -1.5], [2.0, 0.25]])}  # norm ~5.8
+
+    def updates(max_grad_norm):
+        opt = make_optimizer(1e-2, warmup_steps=0, total_steps=10, schedule="constant", max_grad_norm=max_grad_norm)
+        state, p, out = opt.init(params), params, []
+        for k in range(3):  # gradients of growing size: a clip that triggers evens them out, Adam then moves differently
+            u, state = opt.update(jax.tree_util.tree_map(lambda g: g * (1 + 2 * k), grads), state, p)
+            p = jax.tree_util.tree_map(lambda x, d: x + d, p, u)
+            out.append(u)
+        return jax.tree_util.tree_leaves(out)
+
+    none, never, tight = updates(0.0), updates(1e9), updates(0.1)
+    assert all(np.array_equal(x, y) for x, y in zip(none, never))
+    assert all(np.abs(x).max() > 1e-3 for x in none)  # the weights move
+    # (Adam is invariant to one scale over all steps, not to scales that differ by step)
+    assert not all(np.allclose(x, y) for x, y in zip(none, tight))
+    with pytest.raises(ValueError, match="max_grad_norm must be >= 0"):
+        make_optimizer(1e-2, warmup_steps=0, total_steps=10, max_grad_norm=-1.0)

@@ -283,7 +283,8 @@ class Policy:
 def make_optimizer(lr: float, *, warmup_steps: int, total_steps: int, weight_decay: float = 0.0,
                    max_grad_norm: float = 1.0, b1: float = 0.9, b2: float = 0.999,
                    schedule: str = "cosine") -> optax.GradientTransformation:
-    """AdamW with linear warmup then cosine decay (or constant), after global-norm clipping."""
+    """AdamW with linear warmup then cosine decay (or constant), after global-norm clipping at max_grad_norm
+    (0 = no clipping, as the config documents: optax's clip at 0 would scale every gradient to zero)."""
     warmup_steps = max(0, min(warmup_steps, total_steps))
     if schedule == "cosine":
         sched = optax.warmup_cosine_decay_schedule(0.0 if warmup_steps else lr, lr, warmup_steps,
@@ -293,5 +294,8 @@ def make_optimizer(lr: float, *, warmup_steps: int, total_steps: int, weight_dec
                                      [warmup_steps]) if warmup_steps else optax.constant_schedule(lr)
     else:
         raise ValueError(f"unknown schedule {schedule!r} (cosine, constant)")
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm),
-                       optax.adamw(sched, b1=b1, b2=b2, weight_decay=weight_decay))
+    if max_grad_norm < 0:
+        raise ValueError(f"max_grad_norm must be >= 0 (0 = no clipping), got {max_grad_norm}")
+    # identity keeps the chain's shape (and an EmptyState like the clip's), so checkpoints load either way
+    clip = optax.clip_by_global_norm(max_grad_norm) if max_grad_norm > 0 else optax.identity()
+    return optax.chain(clip, optax.adamw(sched, b1=b1, b2=b2, weight_decay=weight_decay))

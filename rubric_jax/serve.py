@@ -130,6 +130,8 @@ def _num(body, name, default, lo=None, hi=None, integer=False, lo_open=False):
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
         raise BadRequest(f"'{name}' must be {'an integer' if integer else 'a number'}, got {json.dumps(v)}", name)
+    if not math.isfinite(v):  # Python's JSON reader accepts NaN and Infinity; no setting means anything with them
+        raise BadRequest(f"'{name}' must be a finite number, got {v}", name)
     if (lo is not None and (v <= lo if lo_open else v < lo)) or (hi is not None and v > hi):
         rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}]"
         raise BadRequest(f"'{name}' must be in {rng}, got {v}", name)

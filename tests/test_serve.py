@@ -89,6 +89,8 @@ def test_concurrent_requests_are_batched(client, server):
     (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": "8"}', "max_tokens"),
     (b'{"messages": [{"role": "user", "content": "hi"}], "n": 2}', "n=1"),
     (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": -1}', "temperature"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "'temperature' must be a finite"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "top_p": Infinity}', "'top_p' must be a finite"),
     (b'{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 50, "logprobs": true}', "top_logprobs"),
     (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 100000}', "context"),
 ])

@@ -107,6 +107,7 @@ def records():
     return [recs[0], recs[2]]  # keywords:existence; forbidden_words + quotation
 
 
+@pytest.mark.slow  # the judge's programs compile on the tiny model: 4-6 s
 def test_the_llm_verifiers_reward_is_bit_identical_with_the_agreement_log_on_and_off(records, tiny_qwen3_model,
                                                                                      qwen_tokenizer):
     judge = Judge(tiny_qwen3_model, qwen_tokenizer, max_response_tokens=32)
@@ -128,6 +129,7 @@ def test_the_llm_verifiers_reward_is_bit_identical_with_the_agreement_log_on_and
     assert 0 <= m["judge/program_agreement"] <= 1 and "judge/program_agreement/startend:quotation" in m
 
 
+@pytest.mark.slow  # the judge's programs compile on the tiny model: 4-6 s
 def test_the_pairwise_reward_is_bit_identical_with_the_agreement_log_on_and_off(records, tiny_qwen3_model,
                                                                                 qwen_tokenizer):
     judge = Judge(tiny_qwen3_model, qwen_tokenizer, max_response_tokens=32)

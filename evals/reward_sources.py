@@ -165,12 +165,16 @@ def recovery(base: Mapping, program: Mapping, other: Mapping, *, resamples: int 
 
 
 def per_id_accuracy(directory: str) -> dict[str, float]:
-    """Strict instruction-level accuracy per instruction id from a model's eval_results_strict.jsonl."""
-    hits: dict[str, list[bool]] = {}
-    for _, row in E._json_lines(os.path.join(directory, "eval_results_strict.jsonl")):
-        for iid, ok in zip(row["instruction_id_list"], row["follow_instruction_list"]):
-            hits.setdefault(iid, []).append(bool(ok))
-    return {k: float(np.mean(v)) for k, v in hits.items()}
+    """Strict instruction-level accuracy per instruction id from a model's eval_results_strict.jsonl (the
+    breakdown evals.ifeval reports)."""
+    rows = [row for _, row in E._json_lines(os.path.join(directory, "eval_results_strict.jsonl"))]
+    return {iid: v["strict"] for iid, v in E._breakdown(rows, rows, lambda iid: iid).items()}
+
+
+def _accuracy(scores: Mapping) -> dict[str, float]:
+    """The strict accuracies of `prompt_scores`: followed over all instructions, kept over all prompts."""
+    n = scores["n_instructions"]
+    return {g: float(scores[g].sum() / (n.sum() if g.startswith("inst_") else len(n))) for g in GAINS}
 
 
 def build_table(eval_dir: str, logs: Mapping[str, dict], runs: Mapping[str, dict], *, resamples: int,
@@ -184,9 +188,7 @@ def build_table(eval_dir: str, logs: Mapping[str, dict], runs: Mapping[str, dict
         ids = per_id_accuracy(os.path.join(eval_dir, source))
         rows[source] = {
             "config": SOURCES[source], "gain": {g: cmp[g] for g in GAINS},
-            "accuracy": {g: float(scores[source][g].sum() / (scores[source]["n_instructions"].sum()
-                                                                if g.startswith("inst_") else len(scores[source][g])))
-                         for g in GAINS},
+            "accuracy": _accuracy(scores[source]),
             "agreement": logs[source]["agreement"], "train_seconds": runs[source]["train_seconds"],
             "steps": logs[source]["steps"], "step_seconds": logs[source]["step_seconds"],
             "per_id": {iid: {"gain": ids[iid] - base_ids[iid], "accuracy": ids[iid],
@@ -196,11 +198,8 @@ def build_table(eval_dir: str, logs: Mapping[str, dict], runs: Mapping[str, dict
         if source != "program" and "program" in logs:
             rows[source]["recovery"] = recovery(scores[BASE], scores["program"], scores[source], resamples=resamples,
                                                 seed=seed)
-    n_base = scores[BASE]["n_instructions"]
-    return {"base": {"accuracy": {g: float(scores[BASE][g].sum() / (n_base.sum() if g.startswith("inst_")
-                                                                     else len(n_base))) for g in GAINS},
-                     "per_id": base_ids},
-            "prompts": len(n_base), "bootstrap": {"resamples": resamples, "seed": seed, "confidence": E.CONFIDENCE},
+    return {"base": {"accuracy": _accuracy(scores[BASE]), "per_id": base_ids},
+            "prompts": len(scores[BASE]["n_instructions"]), "bootstrap": {"resamples": resamples, "seed": seed, "confidence": E.CONFIDENCE},
             "sources": rows}
 
 

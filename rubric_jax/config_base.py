@@ -269,7 +269,6 @@ def ifeval_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     words of an answer; the policy's own base judges (the 1.5B judge is an optional install)."""
     c.max_completion_len = 24
     c.judge.model = ""
-    c.judge.max_response_tokens = 32
     return c
 
 

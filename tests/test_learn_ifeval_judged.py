@@ -140,7 +140,7 @@ def test_the_pairwise_reward_is_bit_identical_with_the_agreement_log_on_and_off(
 
     def observe(results):
         seen.append(results)
-        return agreement.pairwise_rows(results, records, rubrics, [RESPONSES] * 2)
+        return agreement.pairwise_rows(results, [agreement.programmatic(r) for r in records], rubrics, [RESPONSES] * 2)
 
     r_on, rows_on = judge_rewards_per_prompt(judge, prompts, [RESPONSES] * 2, rubrics, cfg, seed=3, observe=observe)
     r_off, rows_off = judge_rewards_per_prompt(judge, prompts, [RESPONSES] * 2, rubrics, cfg, seed=3)

@@ -26,59 +26,59 @@ from rubric_jax.verifiers.constraints import PROGRAMMATIC, check_program, parse_
 KINDS = tuple(sorted(PROGRAMMATIC))  # fixed order: rows pool across processes column by column
 
 
-def _row(kinds: Sequence[str], agree, decided) -> tuple[np.ndarray, np.ndarray]:
-    a, n = np.zeros(len(KINDS), np.int64), np.zeros(len(KINDS), np.int64)
-    for kind, x, y in zip(kinds, np.asarray(agree), np.asarray(decided)):
-        a[KINDS.index(kind)] += int(x)
-        n[KINDS.index(kind)] += int(y)
-    return a, n
+def _stack(groups) -> dict[str, np.ndarray]:
+    """{"agree", "decided"}: (B, len(KINDS)) from each group's (kinds, agree_k, decided_k) counts."""
+    agree, decided = [], []
+    for kinds, a_k, n_k in groups:
+        a, n = np.zeros(len(KINDS), np.int64), np.zeros(len(KINDS), np.int64)
+        for kind, x, y in zip(kinds, np.asarray(a_k), np.asarray(n_k)):
+            a[KINDS.index(kind)] += int(x)
+            n[KINDS.index(kind)] += int(y)
+        agree.append(a)
+        decided.append(n)
+    return {"agree": np.stack(agree), "decided": np.stack(decided)}
+
+
+def _programs(constraints, responses: Sequence[str]) -> np.ndarray:
+    """(G, K) the programs' keeps / breaks of every response against every constraint."""
+    return np.array([[check_program(c, r) for c in constraints] for r in responses], bool).reshape(
+        len(responses), len(constraints))
 
 
 def pointwise_rows(verdicts, responses: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
     """{"agree", "decided"}: (B, len(KINDS)) counts from RLMR's GroupVerdicts (`verifiers.verifier`): every
     (rollout, constraint) the LLM verifier decided and a program can check. The program's verdicts are
     computed here, for the log alone."""
-    agree, decided = [], []
-    for v, resps in zip(verdicts, responses):
+    def group(v, resps):
         slots = [k for k, c in enumerate(v.constraints) if c.programmatic and not np.isnan(v.llm[:, k]).all()]
-        kinds = [v.constraints[k].kind for k in slots]
-        if slots:
-            judge = v.llm[:, slots] >= 0.5  # the verifier's own pass rule (ConstraintVerifier.verify)
-            program = np.array([[check_program(v.constraints[k], r) for k in slots] for r in resps], bool)
-            a, n = H.pointwise_program_agreement(judge, program, ~np.isnan(v.llm[:, slots]))
-        else:
-            a, n = (), ()
-        ra, rn = _row(kinds, a, n)
-        agree.append(ra)
-        decided.append(rn)
-    return {"agree": np.stack(agree), "decided": np.stack(decided)}
+        llm = v.llm[:, slots]
+        # the verifier's own pass rule (ConstraintVerifier.verify)
+        a, n = H.pointwise_program_agreement(llm >= 0.5, _programs([v.constraints[k] for k in slots], resps),
+                                             ~np.isnan(llm))
+        return [v.constraints[k].kind for k in slots], a, n
+
+    return _stack(group(v, resps) for v, resps in zip(verdicts, responses))
 
 
-def record_programs(record, criteria) -> list:
-    """For each criterion of a prompt's rubric, the record's constraint of the same kind when a program checks it
-    (the criterion's id is the constraint's type, as `data.ifeval_train.instruction_rubric` writes them), else
-    None."""
-    by_kind = {c.kind: c for c in parse_constraints(record.constraints or [], where=f"record {record.id!r}")
-               if c.programmatic}
-    return [by_kind.get(c.id) for c in criteria]
+def programmatic(record) -> dict[str, Any]:
+    """The record's constraints that a program checks, by kind (parsed once, when the run starts: a bad one
+    fails there, naming the record)."""
+    return {c.kind: c for c in parse_constraints(record.constraints or [], where=f"record {record.id!r}")
+            if c.programmatic}
 
 
-def pairwise_rows(results, records, rubrics, responses: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
+def pairwise_rows(results, programs, rubrics, responses: Sequence[Sequence[str]]) -> dict[str, np.ndarray]:
     """{"agree", "decided"}: (B, len(KINDS)) counts of program-decided pairs per kind, from pairwise results
-    (`judge.common.PairwiseResult`, one per group, criteria in each rubric's order)."""
-    agree, decided = [], []
-    for res, rec, rubric, resps in zip(results, records, rubrics, responses):
-        programs = record_programs(rec, rubric.criteria)
-        slots = [k for k, c in enumerate(programs) if c is not None]
-        if slots:
-            program = np.array([[check_program(programs[k], r) for k in slots] for r in resps], bool)
-            a, n = H.pairwise_program_agreement(np.asarray(res.p)[:, :, slots], res.mask, program)
-        else:
-            a, n = (), ()
-        ra, rn = _row([programs[k].kind for k in slots], a, n)
-        agree.append(ra)
-        decided.append(rn)
-    return {"agree": np.stack(agree), "decided": np.stack(decided)}
+    (`judge.common.PairwiseResult`, one per group, criteria in each rubric's order). programs[b]: group b's
+    record's `programmatic` constraints; a criterion whose id is one of their kinds (as
+    `data.ifeval_train.instruction_rubric` writes them) is compared, the others are not."""
+    def group(res, by_kind, rubric, resps):
+        slots = [k for k, c in enumerate(rubric.criteria) if c.id in by_kind]
+        cons = [by_kind[rubric.criteria[k].id] for k in slots]
+        a, n = H.pairwise_program_agreement(np.asarray(res.p)[:, :, slots], res.mask, _programs(cons, resps))
+        return [c.kind for c in cons], a, n
+
+    return _stack(group(*g) for g in zip(results, programs, rubrics, responses))
 
 
 def metrics(rows: dict[str, Any]) -> dict[str, float]:

@@ -38,17 +38,22 @@ class PerPromptMethod(Method):
 
     def prepare(self, records: list) -> list:
         self.store = load_store(self.default_rubric, self.config.rubric_source, records)
+        # pairwise verdicts on criteria that are also program-checked instructions: the program's agreement, logged
+        self.programs = None
+        if self.config.judge.program_agreement and self.reward_cfg.method == "pairwise":
+            self.programs = {r.id: agreement.programmatic(r) for r in records}
         return records
 
     def reward(self, batch: RewardBatch) -> RewardOut:
         rubrics = [self.store.get(r) for r in batch.records]
-        observe = None
-        # pairwise verdicts on criteria that are also program-checked instructions: the program's agreement, logged
-        if self.config.judge.program_agreement and self.reward_cfg.method == "pairwise":
-            observe = lambda results: agreement.pairwise_rows(results, batch.records, rubrics, batch.responses)  # noqa: E731
+
+        def observe(results):
+            programs = [self.programs[r.id] for r in batch.records]
+            return agreement.pairwise_rows(results, programs, rubrics, batch.responses)
+
         r_bg, rows = judge_rewards_per_prompt(self.ctx.judge, batch.prompts, batch.responses, rubrics,
                                               self.reward_cfg, seed=batch.step, group_ids=batch.group_ids,
-                                              observe=observe)
+                                              observe=observe if self.programs is not None else None)
         return RewardOut(r_bg, {"judge": rows})
 
     def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:

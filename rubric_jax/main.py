@@ -6,8 +6,12 @@ directory, or 'none'; a JAX_COMPILATION_CACHE_DIR in the environment is used ins
 
 The config, the prompt file, the rubrics and the workdir are checked before the model loads; a bad one is
 printed as one line (`error: <file>:<line>: ...`) with exit status 2, its traceback only under
-RUBRIC_JAX_TRACEBACK=1 (rubric_jax.errors).
+RUBRIC_JAX_TRACEBACK=1 (rubric_jax.errors). SIGTERM (a scheduler's preemption) or SIGINT (Ctrl-C) saves the
+last completed step and prints one line with the command that resumes, exit status 143 / 130
+(rubric_jax.rl.stopping).
 """
+
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -34,8 +38,14 @@ def main(argv):
     if _DISTRIBUTED.value:
         # With no addresses given, jax detects SLURM / TPU pod / Kubernetes settings itself.
         distributed = dict(coordinator_address=_COORD.value, num_processes=_NPROC.value, process_id=_PID.value)
-    with errors.reported():
-        run(_CONFIG.value, _WORKDIR.value, distributed=distributed)
+    from rubric_jax.rl.stopping import Stopped, resume_command
+
+    try:
+        with errors.reported():
+            run(_CONFIG.value, _WORKDIR.value, distributed=distributed)
+    except Stopped as e:  # SIGTERM / SIGINT: the checkpoint is written; one line, the shell's exit status
+        print(e.line(resume_command()), file=sys.stderr, flush=True)
+        raise SystemExit(e.exit_code) from None
 
 
 def run(config, workdir: str, distributed: dict | None = None) -> list[dict]:

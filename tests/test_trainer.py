@@ -198,22 +198,32 @@ def test_listwise_judging_trains_a_curriculum(tiny_qwen3, tmp_path):
     assert np.isfinite(hist[-1]["loss"])
 
 
-def kill_then_resume(monkeypatch, run, step: int, check=lambda: True):
-    """Runs `run()` with the training step `step` interrupted (KeyboardInterrupt, as a kill would), checks
-    `check()`, then runs it again unharmed: the restart resumes from what the interrupted run saved."""
+def kill_then_resume(monkeypatch, run, step: int, check=lambda: True, signum: int | None = None):
+    """Runs `run()` with the training step `step` interrupted, checks `check()`, then runs it again unharmed:
+    the restart resumes from what the interrupted run saved. The interruption is an exception raised inside
+    the step (KeyboardInterrupt, as a crash would), or with `signum` that signal sent to this process mid-step
+    (the run's own handler turns it into rubric_jax.rl.stopping.Stopped); returns (the restart's history, the
+    exception)."""
+    import signal as _signal
+
+    from rubric_jax.rl.stopping import Stopped
+
     real_step = trainer.train_step
 
     def crash(setup, s, key, timer):
         if s == step:
-            raise KeyboardInterrupt("killed")
+            if signum is None:
+                raise KeyboardInterrupt("killed")
+            os.kill(os.getpid(), signum)  # the handler raises here, inside the step
+            raise AssertionError(f"{_signal.Signals(signum).name} did not stop the step")
         return real_step(setup, s, key, timer)
 
     monkeypatch.setattr(trainer, "train_step", crash)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt if signum is None else Stopped) as e:
         run()
     assert check()
     monkeypatch.setattr(trainer, "train_step", real_step)
-    return run()
+    return run(), e.value
 
 
 def _final_lora(workdir):
@@ -223,28 +233,90 @@ def _final_lora(workdir):
     return [np.asarray(x) for x in jax.tree.leaves(state["lora"])], meta
 
 
-@pytest.mark.slow
-def test_resume_after_a_crash_equals_an_uninterrupted_run(tiny_qwen3, tmp_path, monkeypatch):
-    straight, resumed = str(tmp_path / "a"), str(tmp_path / "b")
-    # Saving every 2 steps: the crash in step 3 must itself save the state after step 2.
-    cfg = lambda steps: _tiny_run_config("rcrl", tiny_qwen3[0], steps=steps, **{"checkpoint.every": 2})
-    trainer.train(cfg(6), straight)
+def _straight_config(model, steps=6):
+    return _tiny_run_config("rcrl", model, steps=steps, **{"checkpoint.every": 2})
 
-    # The same command (same schedule over 6 steps), killed inside step 3, then restarted.
-    kill_then_resume(monkeypatch, lambda: trainer.train(cfg(6), resumed), 3,
-                     check=lambda: Checkpointer(resumed).latest_step() == 3)  # the state after step 2 was kept
 
+@pytest.fixture(scope="module")
+def straight_run(tiny_qwen3, tmp_path_factory):
+    """Six uninterrupted steps of the tiny RcRL run, saving every 2: what every interrupted-and-resumed run of
+    this module must equal. Returns the workdir."""
+    wd = str(tmp_path_factory.mktemp("straight"))
+    trainer.train(_straight_config(tiny_qwen3[0]), wd)
+    return wd
+
+
+def _assert_equal_runs(straight, resumed, steps=6):
     a, meta_a = _final_lora(straight)
     b, meta_b = _final_lora(resumed)
-    assert meta_a["data"] == meta_b["data"] and meta_b["step"] == 6
+    assert meta_a["data"] == meta_b["data"] and meta_b["step"] == steps
     for x, y in zip(a, b):
         np.testing.assert_allclose(x, y, atol=1e-6)
     ma, mb = read_metrics(straight), read_metrics(resumed)
-    assert [m["step"] for m in mb] == list(range(6))  # no duplicated or missing steps
+    assert [m["step"] for m in mb] == list(range(steps))  # no duplicated or missing steps
     for x, y in zip(ma, mb):
         for k in x:
             if not k.startswith("time/"):
                 assert x[k] == pytest.approx(y[k], abs=1e-5), (x["step"], k)
+
+
+@pytest.mark.slow
+def test_resume_after_a_crash_equals_an_uninterrupted_run(straight_run, tiny_qwen3, tmp_path, monkeypatch):
+    """Ctrl-C inside step 3 (a real SIGINT to this process): the run abandons the step, saves the state after
+    step 2 (checkpoints are every 2 steps, so this save is the stop's own), says so in its exception, and the
+    same command resumes to a run equal to an uninterrupted one."""
+    import signal
+
+    resumed = str(tmp_path / "b")
+    _, stop = kill_then_resume(monkeypatch, lambda: trainer.train(_straight_config(tiny_qwen3[0]), resumed), 3,
+                               check=lambda: Checkpointer(resumed).latest_step() == 3, signum=signal.SIGINT)
+    assert (stop.exit_code, stop.step, stop.saved, stop.finished_step) == (130, 3, 3, False)
+    assert stop.line("CMD").startswith("stopped by SIGINT in step 3, which was abandoned")
+    assert stop.line("CMD").endswith("resume with: CMD") and "checkpoint 3 (" in stop.line("CMD")
+    _assert_equal_runs(straight_run, resumed)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_says_one_line_and_the_same_command_resumes(straight_run, tiny_qwen3, tmp_path):
+    """A scheduler's preemption at the command line: SIGTERM during the run exits 143 with one line naming the
+    checkpoint and the command that resumes, no traceback; that command (run here in-process) finishes a run
+    equal to an uninterrupted one. Where in the step the signal lands is up to the scheduler, so the line may
+    say abandoned or finished; both must resume exactly. One subprocess (~15 s: JAX's start, programs from the
+    session's compilation cache)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    wd = str(tmp_path / "run")
+    cfg = _straight_config(tiny_qwen3[0])
+    over = {"model": tiny_qwen3[0], "steps": 6, "max_completion_len": 8, "prompt_width": "max", "tensorboard": False,
+            "rare.retry_max_new_tokens": 16, "checkpoint.every": 2}
+    cmd = [sys.executable, "-m", "rubric_jax.main", "--config=configs/rcrl.py:tiny", f"--workdir={wd}",
+           *(f"--config.{k}={v}" for k, v in over.items())]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    try:
+        for line in p.stdout:  # the first step's metrics line: the run is in its second step
+            if line.startswith("step 0"):
+                break
+        sent = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    took = time.monotonic() - sent
+    said = [x for x in err.splitlines() if x.startswith("stopped by SIGTERM")]
+    assert p.returncode == 143, err[-3000:]
+    assert len(said) == 1 and "Traceback" not in err, err[-3000:]
+    assert said[0].endswith("resume with: " + " ".join(["python", "-m", "rubric_jax.main"] + cmd[3:]))
+    saved = Checkpointer(wd).latest_step()
+    assert f"checkpoint {saved} (" in said[0] and 1 <= saved < 6
+    assert [m["step"] for m in read_metrics(wd)] == list(range(saved))  # every finished step logged, once
+    assert took < 60
+    trainer.train(cfg, wd)
+    _assert_equal_runs(straight_run, wd)
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from rubric_jax.rl.policy import Policy, RolloutBatch
 from rubric_jax.rl.profiling import maybe_profile
 from rubric_jax.rl.setup import (DEFAULT_MODEL, Setup, build, encode_prompt, judge_record, parse_mesh,  # noqa: F401
                                  run_summary, select_tasks)
+from rubric_jax.rl.stopping import Stopped, StopSignals
 from rubric_jax.rl.shapes import (JudgePadding, ShapePlan, compilation_cache, fit_rollout_batch, padding_counts,
                                   padding_metrics)
 from rubric_jax.rl.workdir import STATE_KEYS, check_prompts, check_resume, run_record
@@ -303,11 +304,12 @@ def train(config, workdir: str) -> list[dict]:
         return []
     # Before anything compiles: programs compiled by an earlier run in this workdir are loaded, not rebuilt
     # ('' = <workdir>/jax_cache unless JAX was given a directory; 'none' = off). Restored afterwards.
-    with compilation_cache(config.compilation_cache_dir, workdir):
-        return _train(config, workdir)
+    # SIGTERM / SIGINT from here on end the run with a checkpoint and one line (rubric_jax.rl.stopping).
+    with compilation_cache(config.compilation_cache_dir, workdir), StopSignals() as stops:
+        return _train(config, workdir, stops)
 
 
-def _train(config, workdir: str) -> list[dict]:
+def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
     setup = build(config)
     # Saves are asynchronous: the arrays are copied off the devices during the save phase and written while the
     # next step runs. orbax renames a checkpoint into place only once it is complete, so a kill mid-write leaves
@@ -337,48 +339,62 @@ def _train(config, workdir: str) -> list[dict]:
     step = start
     snapshot = _snapshot(setup)
     compiles = CompileCounter().start()  # per step: XLA programs built (setup's own are not counted)
+    # SIGTERM / SIGINT: one process abandons the step in flight; several finish it and stop together at the
+    # next boundary, since their save is collective (rubric_jax.rl.stopping).
+    # (The handlers, installed by `train`, stay through the crash path: a signal during its save exits at once.)
+    stops.immediate, stops.gather = not hosts.multi, hosts.gather if hosts.multi else None
     try:
         for step in range(start, config.steps):
             snapshot = _snapshot(setup)
+            stops.boundary()
             timer = PhaseTimer()
             printer = inner_progress.StepPrinter(step, enabled=hosts.index == 0, expected=last_phases,
-                                           announce=bool(slow) and step == start)
+                                                 announce=bool(slow) and step == start)
             with maybe_profile(step, config.profile_steps, trace_dir, python=config.profile_python), \
                     inner_progress.reporting(printer):
                 metrics = train_step(setup, step, jax.random.fold_in(base_key, step), timer)
-            setup.entropy_head = diagnostics.record_entropy(setup.entropy_head, step, metrics.get("policy_entropy"))
-            h0 = diagnostics.initial_entropy(setup.entropy_head)
-            if h0 is not None:  # RcRL Figure 9: entropy relative to the run's first steps
-                metrics["policy_entropy_ratio"] = diagnostics.entropy_ratio(metrics["policy_entropy"], h0)
-            done = step + 1
-            if done % config.checkpoint.every == 0 or done == config.steps:
-                with timer.phase("save"):
-                    ckpt.save(done, _train_state(setup.policy), _meta(setup, done, setup.data_iter.get_state()),
-                              force=True)
-                    saved = done
-                    setup.method.on_save(workdir)  # the method's files beside the checkpoints
-            metrics.update(timer.metrics())
-            metrics["time/step"] = sum(timer.metrics().values())
-            last_phases = {k.removeprefix("time/"): v for k, v in timer.metrics().items()}
-            metrics.update(compiles.metrics())  # time/compiles, time/compile_cache_hits, time/compile_secs
-            writer.write_scalars(step, metrics)
-            texts = setup.method.texts()  # the method's events of the step, for texts.jsonl
-            if texts:
-                writer.write_texts(step, texts)
-            progress.update(step, metrics)
-            history.append({"step": step, **metrics})
-    except BaseException:
+            with stops.held():  # the step is done: it is saved and logged whole while a signal waits
+                setup.entropy_head = diagnostics.record_entropy(setup.entropy_head, step,
+                                                                metrics.get("policy_entropy"))
+                h0 = diagnostics.initial_entropy(setup.entropy_head)
+                if h0 is not None:  # RcRL Figure 9: entropy relative to the run's first steps
+                    metrics["policy_entropy_ratio"] = diagnostics.entropy_ratio(metrics["policy_entropy"], h0)
+                done = step + 1
+                if done % config.checkpoint.every == 0 or done == config.steps:
+                    with timer.phase("save"):
+                        ckpt.save(done, _train_state(setup.policy),
+                                  _meta(setup, done, setup.data_iter.get_state()), force=True)
+                        saved = done
+                        setup.method.on_save(workdir)  # the method's files beside the checkpoints
+                metrics.update(timer.metrics())
+                metrics["time/step"] = sum(timer.metrics().values())
+                last_phases = {k.removeprefix("time/"): v for k, v in timer.metrics().items()}
+                metrics.update(compiles.metrics())  # time/compiles, time/compile_cache_hits, time/compile_secs
+                writer.write_scalars(step, metrics)
+                texts = setup.method.texts()  # the method's events of the step, for texts.jsonl
+                if texts:
+                    writer.write_texts(step, texts)
+                progress.update(step, metrics)
+                history.append({"step": step, **metrics})
+    except BaseException as e:
+        stops.stopping()  # a signal from here on exits at once, leaving the newest complete checkpoint as it is
         # The interrupted step never finished: keep the state from before it (nothing lost on a crash).
         # With several processes a save is collective and the others may not be here: rely on the
-        # periodic checkpoints (checkpoint.every) instead of hanging.
-        if step > saved and hosts.multi:
+        # periodic checkpoints (checkpoint.every) instead of hanging; a stop is agreed by all, so all save.
+        stopped = isinstance(e, Stopped)
+        if step > saved and hosts.multi and not stopped:
             log.warning("process %d interrupted in step %d: not saving (multi-process runs resume from the "
                         "last periodic checkpoint, step %d)", hosts.index, step, saved)
         elif step > saved:
-            log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
+            if not stopped:
+                log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
             trainable, opt_state, data_state, method_snapshot = snapshot
             ckpt.save(step, _state_dict(setup.policy.finetune, trainable, opt_state),
                       _meta(setup, step, data_state, method_snapshot), force=True)
+            saved = step
+        if stopped:
+            e.step, e.saved, e.checkpoints = step, saved, ckpt.directory
+            e.finished_step = e.finished_step or saved > step
         raise
     finally:
         compiles.stop()

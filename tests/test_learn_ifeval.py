@@ -318,3 +318,30 @@ def test_tiny_variant_trains_two_steps_without_ever_calling_the_judge(tiny_qwen3
                                                             and m["dynamic/kept_frac"] == 0.0)
     assert read_metrics(str(tmp_path))[-1]["step"] == 1
     assert Checkpointer(str(tmp_path)).latest_step() == 2
+
+
+def test_the_held_out_split_keeps_whole_stems_apart_and_is_read_by_the_evaluation(tmp_path):
+    """`python -m rubric_jax.data.ifeval_train --split_dir=DIR`: settings are chosen on training prompts only,
+    on stems (and yes/no questions) that the training part never sees; the held-out file is IFEval's input
+    format with the training records' own ids and kwargs, so the evaluation checks what the reward checked."""
+    T.main(["--split_dir", str(tmp_path), "--heldout", "0.25"])
+    train = load_jsonl(str(tmp_path / "train.jsonl"))
+    held = E.load_input_data(str(tmp_path / "heldout_input_data.jsonl"))
+    records = {r["prompt"]: r for r in (json.loads(x) for x in open(T.OUT, encoding="utf-8"))}
+    assert len(train) + len(held) == len(records) and 30 <= len(held) <= 50
+    group = lambda r: ("q", r["meta"]["question"]) if "question" in r["meta"] else ("s", r["meta"]["stem"])
+    seen = {group(records[r.prompt]) for r in train}
+    out = {group(records[x.prompt]) for x in held}
+    assert not seen & out and {k for k, _ in out} == {"s", "q"}
+    assert len([g for g in out if g[0] == "s"]) == round(0.25 * 42)
+    for x in held:
+        rec = records[x.prompt]
+        assert list(x.instruction_id_list) == [c["type"] for c in rec["constraints"]]
+        assert [dict(k) for k in x.kwargs] == [{k: v for k, v in c.items() if k not in ("type", "text")}
+                                               for c in rec["constraints"]]
+    # the same split for the same seed; another seed holds out other stems
+    again, other = tmp_path / "again", tmp_path / "other"
+    T.main(["--split_dir", str(again)])
+    T.main(["--split_dir", str(other), "--seed", "1"])
+    assert (again / "train.jsonl").read_text() == (tmp_path / "train.jsonl").read_text()
+    assert (other / "train.jsonl").read_text() != (tmp_path / "train.jsonl").read_text()

@@ -400,10 +400,53 @@ def dumps(records: list[dict]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
-def main() -> None:
-    with open(OUT, "w", encoding="utf-8") as f:
-        f.write(dumps(build()))
-    print(f"wrote {OUT}")
+def as_input_data(record: dict, key: int) -> dict:
+    """A training record in IFEval's public input format (what `python -m evals.ifeval --input_data` reads):
+    each constraint's id and its kwargs, without the sentence that states it."""
+    return {"key": key, "prompt": record["prompt"],
+            "instruction_id_list": [c["type"] for c in record["constraints"]],
+            "kwargs": [{k: v for k, v in c.items() if k not in ("type", "text")} for c in record["constraints"]]}
+
+
+def split(records: list[dict], heldout: float = 0.25, seed: int = SEED) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) for choosing a run's settings on training prompts alone. Whole stems are held out
+    (a share `heldout` of the task stems and of the yes/no questions, drawn with `seed`), so a held-out prompt
+    shares no task with a training one, as the evaluation's prompts share none with this file."""
+    def group(r):
+        return ("q", r["meta"]["question"]) if "question" in r["meta"] else ("s", r["meta"]["stem"])
+
+    groups = sorted({group(r) for r in records})
+    rng = random.Random(seed)
+    out = set()
+    for kind in ("s", "q"):
+        g = [x for x in groups if x[0] == kind]
+        out.update(rng.sample(g, round(heldout * len(g))))
+    return [r for r in records if group(r) not in out], [r for r in records if group(r) in out]
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Rewrite ifeval_train.jsonl, or write a train / held-out split of it.")
+    ap.add_argument("--split_dir", default="", help="write DIR/train.jsonl (records, for --config.data.path) and "
+                    "DIR/heldout_input_data.jsonl (IFEval's format, for evals.ifeval --input_data) instead")
+    ap.add_argument("--heldout", type=float, default=0.25, help="share of the stems held out")
+    ap.add_argument("--seed", type=int, default=SEED)
+    args = ap.parse_args(argv)
+    if not args.split_dir:
+        with open(OUT, "w", encoding="utf-8") as f:
+            f.write(dumps(build()))
+        print(f"wrote {OUT}")
+        return
+    with open(OUT, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    train, held = split(records, args.heldout, args.seed)
+    os.makedirs(args.split_dir, exist_ok=True)
+    with open(os.path.join(args.split_dir, "train.jsonl"), "w", encoding="utf-8") as f:
+        f.write(dumps(train))
+    with open(os.path.join(args.split_dir, "heldout_input_data.jsonl"), "w", encoding="utf-8") as f:
+        f.write(dumps([as_input_data(r, i) for i, r in enumerate(held)]))
+    print(f"wrote {len(train)} training and {len(held)} held-out prompts to {args.split_dir}")
 
 
 if __name__ == "__main__":

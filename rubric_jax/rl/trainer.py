@@ -13,6 +13,7 @@ rung of a 4-rung ladder, so each jitted program compiles at most 4 times; compil
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -31,6 +32,7 @@ from rubric_jax.methods.terms import TermBatch
 from rubric_jax.rl import diagnostics, dynamic
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.hosts import merge_rows
+from rubric_jax.rl.lock import WorkdirLock
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
 from rubric_jax.rl.policy import Policy, RolloutBatch
 from rubric_jax.rl.profiling import maybe_profile
@@ -294,18 +296,23 @@ def add_terms(setup: Setup, r_bg, batch: TermBatch, rows: dict[str, Any]) -> np.
 def train(config, workdir: str) -> list[dict]:
     """Runs (or resumes) the job in `workdir`; returns the metrics of the steps run in this call."""
     os.makedirs(workdir, exist_ok=True)
-    # Before the model loads: a damaged newest checkpoint is set aside, a setting its arrays cannot follow is
-    # named (workdir.ResumeError), and a run that already holds its last step stops here.
-    done = check_resume(config, workdir)
-    if done is not None and done >= config.steps:
+    with contextlib.ExitStack() as stack:
+        # One run per workdir, before anything is written there (process 0 holds it for all of a run's processes).
         if jax.process_index() == 0:
-            print(f"workdir {workdir} already holds step {done} >= total steps {config.steps}; nothing to do",
-                  flush=True)
-        return []
-    # Before anything compiles: programs compiled by an earlier run in this workdir are loaded, not rebuilt
-    # ('' = <workdir>/jax_cache unless JAX was given a directory; 'none' = off). Restored afterwards.
-    # SIGTERM / SIGINT from here on end the run with a checkpoint and one line (rubric_jax.rl.stopping).
-    with compilation_cache(config.compilation_cache_dir, workdir), StopSignals() as stops:
+            stack.enter_context(WorkdirLock(workdir))
+        # Before the model loads: a damaged newest checkpoint is set aside, a setting its arrays cannot follow is
+        # named (workdir.ResumeError), and a run that already holds its last step stops here.
+        done = check_resume(config, workdir)
+        if done is not None and done >= config.steps:
+            if jax.process_index() == 0:
+                print(f"workdir {workdir} already holds step {done} >= total steps {config.steps}; nothing to do",
+                      flush=True)
+            return []
+        # Before anything compiles: programs compiled by an earlier run in this workdir are loaded, not rebuilt
+        # ('' = <workdir>/jax_cache unless JAX was given a directory; 'none' = off). Restored afterwards.
+        stack.enter_context(compilation_cache(config.compilation_cache_dir, workdir))
+        # SIGTERM / SIGINT from here on end the run with a checkpoint and one line (rubric_jax.rl.stopping).
+        stops = stack.enter_context(StopSignals())
         return _train(config, workdir, stops)
 
 

@@ -280,3 +280,20 @@ def test_health_metrics_average_each_figure_over_the_groups_reporting_it():
                                "judge/verdict_entropy": 0.4, "judge/order_agreement": 0.75})
     assert health_metrics([{"position_bias": 0.2}]) == pytest.approx({"judge/position_bias": 0.2})
     assert health_metrics([]) == {}
+
+
+def test_collapse_signs_name_a_policy_turned_uniform_and_a_gradient_stuck_at_zero():
+    from rubric_jax.rl.diagnostics import collapse_signs
+
+    v = 49152
+    ln_v = float(np.log(v))
+    step = lambda h, g=0.5: {"policy_entropy": h, "grad_norm": g}
+    assert collapse_signs([step(2.3), step(0.96 * ln_v)], v, 2.3)[0].startswith("policy entropy")
+    assert "96% of ln(vocabulary size 49152)" in collapse_signs([step(0.96 * ln_v)], v, 2.3)[0]
+    assert collapse_signs([step(0.94 * ln_v)], v, 2.3) == []  # high, not yet uniform
+    assert collapse_signs([step(0.98 * ln_v)], v, 0.98 * ln_v) == []  # a random model starts uniform
+    assert collapse_signs([step(0.98 * ln_v)], v, None) == []  # nothing to compare with yet
+    stuck = [step(2.0, 0.0)] * 3
+    assert collapse_signs(stuck, v, 2.0) == ["gradient norm exactly 0 in each of the last 3 steps: the weights "
+                                             "do not move"]
+    assert collapse_signs([step(2.0, 1e-9)] + stuck[:2], v, 2.0) == []  # two zero steps, one tiny but real

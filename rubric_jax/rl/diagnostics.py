@@ -354,3 +354,30 @@ def mean_nll(policy, contexts: Sequence[Sequence[int]], targets: Sequence[Sequen
                          adv_b=np.zeros(len(targets), np.float32))
     logp = policy.logprobs(batch, reference=True)
     return -(logp * tmask).sum(1) / np.maximum(tmask.sum(1), 1)
+
+
+COLLAPSE_ENTROPY_SHARE = 0.95  # entropy above this share of ln(V): the policy samples nearly uniformly
+ZERO_GRAD_STEPS = 3  # this many steps in a row with a gradient norm of exactly 0: nothing is learnt
+
+
+def collapse_signs(history: Sequence[Mapping[str, float]], vocab_size: int,
+                   initial_entropy: float | None) -> list[str]:
+    """What says a run has collapsed, from its steps so far (the newest last), for a warning:
+
+      - the newest step's policy entropy per token H >= 0.95 ln V while the run's first steps had less
+        (`initial_entropy`, diagnostics.initial_entropy): the policy has become close to uniform over its
+        vocabulary (ln V is the entropy of the uniform distribution), as after a learning rate that blew the
+        adapters up without overflowing them (a random model starts there: no collapse, no warning);
+      - the gradient norm exactly 0 in each of the last ZERO_GRAD_STEPS steps: no rollout has an advantage or
+        every gradient vanishes (a uniform policy's, or every group flat), so the weights do not move.
+    """
+    signs = []
+    if history and vocab_size > 1:
+        h, top = history[-1].get("policy_entropy"), COLLAPSE_ENTROPY_SHARE * np.log(vocab_size)
+        if h is not None and initial_entropy is not None and initial_entropy < top <= h:
+            signs.append(f"policy entropy {h:.3g} nats per token is {h / np.log(vocab_size):.0%} of ln(vocabulary "
+                         f"size {vocab_size}) = {np.log(vocab_size):.3g}: the policy samples almost uniformly")
+    last = [m.get("grad_norm") for m in history[-ZERO_GRAD_STEPS:]]
+    if len(last) == ZERO_GRAD_STEPS and all(g == 0.0 for g in last):
+        signs.append(f"gradient norm exactly 0 in each of the last {ZERO_GRAD_STEPS} steps: the weights do not move")
+    return signs

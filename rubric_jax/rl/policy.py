@@ -31,6 +31,7 @@ import optax
 from flax import nnx
 
 from rubric_jax import progress
+from rubric_jax.errors import UserError
 from rubric_jax.models.lora import set_lora
 from rubric_jax.rl.logprobs import token_logprobs_chunked
 from rubric_jax.rl.losses import LossConfig, LossSums, add_sums, finalize, loss_sums
@@ -116,12 +117,20 @@ def _apply_jit(optimizer, lora, opt_state, grad_sum, den):
 def _apply(optimizer, lora, opt_state, grad_sum, den):
     grads = jax.tree.map(lambda g: g / jnp.maximum(den, 1e-8), grad_sum)
     gnorm = optax.tree.norm(grads)
-    finite = jnp.isfinite(gnorm)
     updates, new_opt = optimizer.update(grads, opt_state, lora)
     new_lora = optax.apply_updates(lora, updates)
-    # A non-finite gradient leaves parameters and optimizer state untouched.
+    # A finite gradient can still overflow the weights (a learning rate of 1e30): the new weights are checked
+    # too, by one reduction fused with the selection below, which reads every weight anyway.
+    finite = jnp.isfinite(gnorm) & all_finite(new_lora)
+    # A rejected update leaves parameters and optimizer state untouched, so no non-finite weight is ever kept.
     pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
-    return pick(new_lora, lora), pick(new_opt, opt_state), gnorm
+    return pick(new_lora, lora), pick(new_opt, opt_state), gnorm, finite
+
+
+def all_finite(tree) -> jax.Array:
+    """True when every element of every floating leaf of `tree` is finite."""
+    leaves = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
 @dataclasses.dataclass
@@ -133,8 +142,9 @@ class PolicyConfig:
     max_bad_steps: int = 5  # consecutive non-finite updates before the run stops
 
 
-class NonFiniteError(FloatingPointError):
-    pass
+class NonFiniteError(FloatingPointError, UserError):
+    """Updates kept coming out non-finite: the run stops (one `error:` line at the command line; the weights
+    kept, and saved, are those of the last finite update)."""
 
 
 def compiled_bytes(compiled) -> dict[str, int]:
@@ -261,19 +271,21 @@ class Policy:
             if it == 0:  # later iterations read updated weights: their difference is the update's, not a mismatch
                 mismatch = mm
             loss, m = finalize(sums)
-            self.trainable, self.opt_state, gnorm = _apply_jit(self.optimizer, self.trainable, self.opt_state,
-                                                               grad_sum, sums.den)
+            self.trainable, self.opt_state, gnorm, applied = _apply_jit(self.optimizer, self.trainable,
+                                                                        self.opt_state, grad_sum, sums.den)
             metrics = {k: float(v) for k, v in m.items()}
             metrics["grad_norm"] = float(gnorm)
-            ok = np.isfinite(metrics["loss"]) and np.isfinite(metrics["grad_norm"])
+            ok = np.isfinite(metrics["loss"]) and bool(applied)
             if ok:
                 self.bad_steps = 0
             else:
                 self.bad_steps += 1
                 self.total_bad_steps += 1
                 if self.bad_steps >= self.cfg.max_bad_steps:
-                    raise NonFiniteError(f"{self.bad_steps} consecutive non-finite updates (loss={metrics['loss']}, "
-                                         f"grad_norm={metrics['grad_norm']}); stopping")
+                    why = ("the gradient" if not np.isfinite(metrics["grad_norm"]) else
+                           "the updated weights (the gradient was finite: the learning rate is too large)")
+                    raise NonFiniteError(f"{self.bad_steps} consecutive updates rejected as non-finite in {why}; "
+                                         f"loss={metrics['loss']}, grad_norm={metrics['grad_norm']}")
             metrics["skipped_updates"] = float(self.total_bad_steps)
         if mismatch >= 0:
             metrics["mismatch/logp_max"] = mismatch

@@ -34,7 +34,7 @@ from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.hosts import merge_rows
 from rubric_jax.rl.lock import WorkdirLock
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
-from rubric_jax.rl.policy import Policy, RolloutBatch
+from rubric_jax.rl.policy import NonFiniteError, Policy, RolloutBatch, all_finite
 from rubric_jax.rl.profiling import maybe_profile
 from rubric_jax.rl.setup import (DEFAULT_MODEL, Setup, build, encode_prompt, judge_record, parse_mesh,  # noqa: F401
                                  run_summary, select_tasks)
@@ -73,6 +73,10 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     check_prompts(os.path.dirname(ckpt.directory), step, ckpt.read_meta(step), setup.data_iter.get_state(),
                   setup.config)
     state, meta = ckpt.restore(step, target_state=_train_state(setup.policy))
+    bad = _non_finite_leaf(state[STATE_KEYS[mode]])
+    if bad is not None:  # written before updates were checked, or by another program: training on it is garbage
+        raise NonFiniteError(f"checkpoint {step} in {ckpt.directory} holds non-finite weights ({bad}): refusing to "
+                             f"resume from it; move that step's folder aside to resume from an earlier one")
     setup.policy.trainable = state[STATE_KEYS[mode]]
     setup.policy.opt_state = state["opt_state"]
     setup.policy.total_bad_steps = int(meta.get("skipped_updates", 0))
@@ -84,6 +88,16 @@ def _restore(setup: Setup, ckpt: Checkpointer) -> int:
     _check_judge(meta.get("judge"), judge_record(setup), f"checkpoint {step} in {ckpt.directory}")
     log.info("resumed from %s at step %d", ckpt.directory, step)
     return step
+
+
+def _non_finite_leaf(tree) -> str | None:
+    """The path of the first weight array of `tree` holding a NaN or an infinity, else None."""
+    if bool(all_finite(tree)):
+        return None
+    for path, x in jax.tree_util.tree_leaves_with_path(tree):
+        if jnp.issubdtype(x.dtype, jnp.inexact) and not bool(jnp.isfinite(x).all()):
+            return jax.tree_util.keystr(path)
+    return "?"
 
 
 def _check_judge(saved: dict | None, now: dict, where: str) -> None:
@@ -342,6 +356,7 @@ def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
                                                    "completion_len/mean", "time/judge"))
     base_key = jax.random.key(config.seed)
     history, saved = [], start
+    warned: set[str] = set()  # the collapse signs already warned about
     last_phases: dict[str, float] = {}  # seconds per phase in the previous step: the progress lines' ETAs
     step = start
     snapshot = _snapshot(setup)
@@ -383,6 +398,11 @@ def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
                     writer.write_texts(step, texts)
                 progress.update(step, metrics)
                 history.append({"step": step, **metrics})
+                for sign in diagnostics.collapse_signs(history, setup.base.cfg.vocab_size, h0):
+                    if sign.split(" ")[0] not in warned:  # once per kind: the metrics carry it every step
+                        warned.add(sign.split(" ")[0])
+                        log.warning("step %d: the run looks collapsed: %s (optim.lr is %g)", step, sign,
+                                    config.optim.lr)
     except BaseException as e:
         stops.stopping()  # a signal from here on exits at once, leaving the newest complete checkpoint as it is
         # The interrupted step never finished: keep the state from before it (nothing lost on a crash).
@@ -402,6 +422,12 @@ def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
         if stopped:
             e.step, e.saved, e.checkpoints = step, saved, ckpt.directory
             e.finished_step = e.finished_step or saved > step
+        if isinstance(e, NonFiniteError):  # rejected updates kept the weights finite: say which step they are
+            good = step - setup.policy.bad_steps
+            kept = f"step {good} was the last whose update was kept" if good >= 0 else "no update was ever kept"
+            raise NonFiniteError(f"step {step}: {e}; {kept}, and checkpoint {saved} ({ckpt.directory}) holds those "
+                                 f"finite weights; lower optim.lr (now {config.optim.lr:g}) or optim.max_grad_norm "
+                                 f"before resuming") from None
         raise
     finally:
         compiles.stop()

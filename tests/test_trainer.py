@@ -374,6 +374,39 @@ def test_a_resume_onto_non_finite_weights_is_refused_by_name(straight_run, tiny_
 
 
 @pytest.mark.slow
+def test_a_failed_save_stops_the_run_at_the_next_boundary_in_one_line(straight_run, tiny_qwen3, tmp_path):
+    """A checkpoint the disk refuses fails in orbax's background thread. A file-size limit refuses it here the way
+    a quota does (EFBIG; a full disk gives ENOSPC through the same path): it lets metrics.jsonl grow and stops the
+    checkpoint's ~80 KB array file. The run stops at the next step boundary with one message naming the step, the
+    OS error and the last intact checkpoint, leaves no checkpointing thread alive, and once the disk takes writes
+    again the same command resumes from that checkpoint with no step lost or repeated."""
+    import resource
+    import shutil
+    import threading
+
+    wd = str(tmp_path / "run")
+    shutil.copytree(straight_run, wd)
+    cfg = _straight_config(tiny_qwen3[0], steps=8)
+    cfg.checkpoint.every = 1
+    limit = os.path.getsize(os.path.join(wd, "metrics.jsonl")) + 16_000  # room for the rows of steps 6 and 7
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))  # Python ignores SIGXFSZ: writes fail with EFBIG
+    try:
+        with pytest.raises(trainer.SaveFailedError) as e:
+            trainer.train(cfg, wd)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    msg = str(e.value)
+    assert msg.startswith("step 7: saving checkpoint 7 failed ([Errno 27] File too large);"), msg
+    assert "the last intact checkpoint is step 6" in msg and "\n" not in msg, msg
+    alive = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    assert not alive, alive  # nothing keeps the process from exiting
+    assert Checkpointer(wd, read_only=True).all_steps() == [2, 4, 6]
+    trainer.train(cfg, wd)  # the disk takes writes again: the same run resumes from step 6
+    assert [r["step"] for r in read_metrics(wd)] == list(range(8))
+
+
+@pytest.mark.slow
 def test_per_prompt_rubrics_judge_each_group_against_its_own(tiny_qwen3, tmp_path, monkeypatch):
     """rubric_source=record: every group is judged against its record's rubric (equal weights), and the
     reward equals the absolute reward recomputed from those scores by hand."""

@@ -44,7 +44,7 @@ import orbax.checkpoint as ocp
 
 from rubric_jax.errors import UserError
 
-__all__ = ["Checkpointer", "CHECKPOINT_SUBDIR", "DamagedCheckpointError"]
+__all__ = ["Checkpointer", "CHECKPOINT_SUBDIR", "DamagedCheckpointError", "SaveFailedError"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,27 @@ class DamagedCheckpointError(FileNotFoundError, UserError):
     a UserError, so the entry points print its message as one line (the way out is the user's choice)."""
 
 
+class SaveFailedError(UserError):
+    """Writing checkpoint `step` failed (a full disk, a quota, a folder made read-only); `why` is the OS's own
+    error. Raised by `save`, `check` or `wait`, whichever first sees the background write's failure: the trainer
+    stops there with one line instead of training on with nothing saved."""
+
+    def __init__(self, step: int, why: str, directory: str, message: str | None = None):
+        super().__init__(message or f"saving checkpoint {step} failed ({why})")
+        self.step, self.why, self.directory = step, why, directory
+
+
+class _OrbaxSaveErrors(logging.Filter):
+    """Drops orbax's ERROR records (a traceback per failed background thread, hundreds of lines for one full
+    disk): every failed save reaches the caller as a SaveFailedError, which says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+_ORBAX_FILTER = _OrbaxSaveErrors()
+
+
 def _cause_chain(e: BaseException):
     seen = []
     while e is not None and e not in seen:
@@ -83,6 +104,21 @@ def _short(e: BaseException, strip: str = "") -> str:
     if len(msg) > 240:
         msg = msg[:237] + "..."
     return f"{type(inner).__name__}: {msg}"
+
+
+_TS_OS_ERROR = re.compile(r"Failed (?:to )?\w+[^:]*: ([^\[\]:]+?) \[os_error_code='?(\d+)'?\]")
+
+
+def _os_error(e: BaseException, strip: str = "") -> str:
+    """The operating system's own error in `e`'s chain, `[Errno 28] No space left on device`, whether Python
+    raised it or TensorStore wrapped it in a ValueError; else `_short(e)`."""
+    for x in _cause_chain(e):
+        if isinstance(x, OSError) and x.errno:
+            return f"[Errno {x.errno}] {x.strerror}"
+        m = _TS_OS_ERROR.search(str(x))
+        if m:
+            return f"[Errno {m.group(2)}] {m.group(1).strip()}"
+    return _short(e, strip)
 
 
 def _is_damage(e: BaseException) -> bool:
@@ -207,6 +243,9 @@ class Checkpointer:
             self.directory, options=options,
             item_handlers={_STATE: ocp.StandardCheckpointHandler(), _META: ocp.JsonCheckpointHandler()})
         self._intact: set[int] = set()  # steps `problem` passed (a finalized step's files do not change)
+        self._saving: Optional[int] = None  # the step of the last save, until it is known to have finished
+        if not read_only:
+            logging.getLogger("absl").addFilter(_ORBAX_FILTER)  # absl: orbax logs through absl.logging
 
     # ---- queries -------------------------------------------------------------------------------------------------
     def all_steps(self) -> list[int]:
@@ -331,11 +370,30 @@ class Checkpointer:
         """Saves `state_pytree` and `meta` as checkpoint `step`; returns whether a save happened (interval/force)."""
         meta = _jsonable(dict(meta or {}))
         state = _to_storable(state_pytree)
-        return bool(self._mgr.save(
-            int(step),
-            args=ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}),
-            force=force,
-        ))
+        self.wait()  # orbax's save waits for the previous one anyway, and would raise its error as this step's
+        try:
+            done = bool(self._mgr.save(
+                int(step),
+                args=ocp.args.Composite(**{_STATE: ocp.args.StandardSave(state), _META: ocp.args.JsonSave(meta)}),
+                force=force,
+            ))
+        except (OSError, ValueError) as e:  # TensorStore's I/O errors come as ValueError
+            raise SaveFailedError(int(step), _os_error(e, self.directory), self.directory) from e
+        if done:
+            self._saving = int(step)
+        return done
+
+    def check(self) -> None:
+        """Raises SaveFailedError when the last (background) save has failed; returns at once otherwise, whether
+        or not it has finished."""
+        try:
+            self._mgr.check_for_errors()
+        except Exception as e:
+            self._failed(e)
+
+    def _failed(self, e: BaseException):
+        step, self._saving = self._saving, None
+        raise SaveFailedError(step if step is not None else -1, _os_error(e, self.directory), self.directory) from e
 
     # ---- restore -------------------------------------------------------------------------------------------------
     def restore(self, step: Optional[int] = None, target_state: Any = None) -> tuple[Any, dict]:
@@ -473,11 +531,20 @@ class Checkpointer:
 
     # ---- lifecycle -----------------------------------------------------------------------------------------------
     def wait(self) -> None:
-        """Blocks until an async save has been finalized."""
-        self._mgr.wait_until_finished()
+        """Blocks until an async save has been finalized; SaveFailedError if it failed."""
+        try:
+            self._mgr.wait_until_finished()
+        except Exception as e:
+            self._failed(e)
+        self._saving = None
 
     def close(self) -> None:
-        self._mgr.close()
+        """Waits for the last save and lets orbax's threads go. A save failure is not raised here (whoever
+        calls close on the way out has had it from `check` or `wait`, or is already reporting another error)."""
+        try:
+            self._mgr.close()
+        except Exception as e:  # the failure of a save nobody waited for: still say it once
+            log.warning("while closing the checkpoints in %s: %s", self.directory, _short(e, self.directory))
 
     def __enter__(self):
         return self

@@ -37,6 +37,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
+from rubric_jax.errors import UserError
+
 __all__ = [
     "METRICS_FILE", "TEXTS_FILE", "TB_SUBDIR", "flatten_metrics", "MetricsWriter", "read_metrics",
     "truncate_jsonl", "ConsoleProgress", "PhaseTimer", "format_duration", "CompileCounter",
@@ -172,6 +174,10 @@ def truncate_jsonl(path: str | os.PathLike, step: int) -> int:
 # writer
 # ---------------------------------------------------------------------------------------------------------------
 
+class MetricsWriteError(UserError):
+    """metrics.jsonl or texts.jsonl could not be written (a full disk, a quota): the run stops with one line."""
+
+
 class MetricsWriter:
     """Writes scalars to `<workdir>/metrics.jsonl` and TensorBoard events to `<workdir>/tb`.
 
@@ -225,10 +231,15 @@ class MetricsWriter:
         return n
 
     def _write_line(self, f, record: dict) -> None:
-        f.write(json.dumps(record, allow_nan=False) + "\n")
-        f.flush()
-        if self.fsync:
-            os.fsync(f.fileno())
+        try:
+            f.write(json.dumps(record, allow_nan=False) + "\n")
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        except OSError as e:  # a full disk or a quota: one line naming the file, not a traceback
+            raise MetricsWriteError(f"step {record.get('step')}: writing {f.name} failed ({e.strerror or e}); "
+                                    f"the checkpoints are untouched: make room, then rerun the same command to "
+                                    f"resume") from e
 
     def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> dict[str, float]:
         """Writes one record for `step`; returns the flattened floats (NaN/inf as floats)."""

@@ -30,7 +30,7 @@ from rubric_jax.methods import RewardBatch
 from rubric_jax.methods.base import checked
 from rubric_jax.methods.terms import TermBatch
 from rubric_jax.rl import diagnostics, dynamic
-from rubric_jax.rl.checkpoint import Checkpointer
+from rubric_jax.rl.checkpoint import Checkpointer, SaveFailedError
 from rubric_jax.rl.hosts import merge_rows
 from rubric_jax.rl.lock import WorkdirLock
 from rubric_jax.rl.metrics import CompileCounter, ConsoleProgress, MetricsWriter, PhaseTimer
@@ -369,6 +369,7 @@ def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
         for step in range(start, config.steps):
             snapshot = _snapshot(setup)
             stops.boundary()
+            ckpt.check()  # a background save that failed stops the run here, not after more unsaved steps
             timer = PhaseTimer()
             printer = inner_progress.StepPrinter(step, enabled=hosts.index == 0, expected=last_phases,
                                                  announce=bool(slow) and step == start)
@@ -403,12 +404,16 @@ def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
                         warned.add(sign.split(" ")[0])
                         log.warning("step %d: the run looks collapsed: %s (optim.lr is %g)", step, sign,
                                     config.optim.lr)
+        ckpt.wait()  # the last save's failure is the run's
     except BaseException as e:
         stops.stopping()  # a signal from here on exits at once, leaving the newest complete checkpoint as it is
         # The interrupted step never finished: keep the state from before it (nothing lost on a crash).
         # With several processes a save is collective and the others may not be here: rely on the
         # periodic checkpoints (checkpoint.every) instead of hanging; a stop is agreed by all, so all save.
         stopped = isinstance(e, Stopped)
+        if isinstance(e, SaveFailedError):  # the disk refuses: no crash save, say which checkpoint is whole
+            raise SaveFailedError(e.step, e.why, e.directory, f"step {step}: {e}; {_intact_line(ckpt)}; make room "
+                                  f"or fix the folder, then rerun the same command to resume") from None
         if step > saved and hosts.multi and not stopped:
             log.warning("process %d interrupted in step %d: not saving (multi-process runs resume from the "
                         "last periodic checkpoint, step %d)", hosts.index, step, saved)
@@ -416,9 +421,14 @@ def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
             if not stopped:
                 log.warning("run interrupted in step %d: saving the state after step %d", step, step - 1)
             trainable, opt_state, data_state, method_snapshot = snapshot
-            ckpt.save(step, _state_dict(setup.policy.finetune, trainable, opt_state),
-                      _meta(setup, step, data_state, method_snapshot), force=True)
-            saved = step
+            try:
+                ckpt.save(step, _state_dict(setup.policy.finetune, trainable, opt_state),
+                          _meta(setup, step, data_state, method_snapshot), force=True)
+                ckpt.wait()
+                saved = step
+            except SaveFailedError as failed:  # the error that stopped the run is the one to report
+                log.warning("the state after step %d could not be saved (%s); %s", step - 1, failed.why,
+                            _intact_line(ckpt))
         if stopped:
             e.step, e.saved, e.checkpoints = step, saved, ckpt.directory
             e.finished_step = e.finished_step or saved > step
@@ -431,10 +441,18 @@ def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
         raise
     finally:
         compiles.stop()
-        ckpt.wait()
         ckpt.close()
         writer.close()
     return history
+
+
+def _intact_line(ckpt: Checkpointer) -> str:
+    try:
+        last = ckpt.latest_step()
+    except Exception as e:  # the folder itself unreadable: say so rather than hide the first error
+        return f"the checkpoints cannot be listed ({e})"
+    return f"the last intact checkpoint is step {last} ({ckpt.directory})" if last is not None else \
+        f"no checkpoint was completed in {ckpt.directory}"
 
 
 def _snapshot(setup: Setup):

@@ -158,3 +158,23 @@ def test_the_traceback_env_var_lets_a_user_error_through_and_other_errors_always
     with pytest.raises(KeyError):
         with errors.reported():
             raise KeyError("a bug keeps its traceback")
+
+
+def test_sampling_refuses_a_prompt_past_the_context_before_generating(tmp_path, monkeypatch, capsys):
+    """A prompt that with --max_new_tokens runs past the model's context is one line naming both numbers and the
+    most tokens that fit, before any generation (past the context the model samples garbage, for minutes)."""
+    from conftest import write_tiny_checkpoint
+
+    d = str(tmp_path / "tiny")
+    write_tiny_checkpoint(d, "qwen3", tied=True, seed=0, max_position_embeddings=64)
+    monkeypatch.setattr(sampling_cli, "generate_tokens",
+                        lambda *a, **k: (_ for _ in ()).throw(AssertionError("generated past the context")))
+    monkeypatch.delenv(errors.TRACEBACK_ENV, raising=False)
+    capsys.readouterr()  # the checkpoint writer's progress bar
+    with pytest.raises(SystemExit) as exit_info:
+        sampling_cli.main(["--model", d, "--prompt", "short", "--prompt", "word " * 80, "--max_new_tokens", "8"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: --prompt 2 is ") and "past this model's context of 64 tokens" in err, err
+    n = int(err.split("--prompt 2 is ")[1].split()[0])
+    assert n > 64 and f"--max_new_tokens to at most {max(64 - n, 0)}" in err

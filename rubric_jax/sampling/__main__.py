@@ -12,7 +12,7 @@ import time
 
 from rubric_jax import load_model, load_tokenizer
 from rubric_jax.errors import UserError, check_model_arg, reported
-from rubric_jax.sampling.api import generate_tokens
+from rubric_jax.sampling.api import encode_prompts, generate_tokens
 from rubric_jax.sampling.sampler import check_settings
 
 
@@ -34,6 +34,17 @@ def main(argv=None):
         _sample(args)
 
 
+def check_context(tokenizer, prompts, max_new_tokens: int, context: int) -> None:
+    """UserError unless every prompt (as the chat template encodes it) plus max_new_tokens fits the model's
+    context, as the server checks a request: past it the positions are ones the model never saw, and the text
+    it samples there is garbage that takes minutes to produce."""
+    for i, ids in enumerate(encode_prompts(tokenizer, prompts, chat=True)):
+        if len(ids) + max_new_tokens > context:
+            raise UserError(f"--prompt {i + 1} is {len(ids)} tokens and --max_new_tokens={max_new_tokens}: "
+                            f"{len(ids) + max_new_tokens} in all, past this model's context of {context} tokens; "
+                            f"shorten the prompt or lower --max_new_tokens to at most {max(context - len(ids), 0)}")
+
+
 def _sample(args):
     try:
         check_settings(max_new_tokens=args.max_new_tokens, num_samples=args.num_samples,
@@ -46,6 +57,7 @@ def _sample(args):
     model = load_model(args.model, dtype=args.dtype)
     tokenizer = load_tokenizer(args.tokenizer or args.model)
     print(f"loaded {args.model} in {time.perf_counter() - t0:.1f}s", flush=True)
+    check_context(tokenizer, args.prompt, args.max_new_tokens, int(model.cfg.max_position_embeddings))
     t0 = time.perf_counter()
     out = generate_tokens(model, tokenizer, args.prompt, max_new_tokens=args.max_new_tokens,
                           num_samples=args.num_samples, temperature=args.temperature, top_k=args.top_k,

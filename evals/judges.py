@@ -242,7 +242,7 @@ class JudgeUnavailable(RuntimeError):
 
 # The test request may wait out a 429 or a restarting server, but not the run's full retry budget: with the
 # default 5 retries a dead endpoint would take about a minute of backoff to report.
-CHECK_MAX_RETRIES = 2
+from rubric_jax.openai_client import TEST_MAX_RETRIES as CHECK_MAX_RETRIES  # noqa: E402
 
 
 def check_judge(spec: str, *, contact: bool = True, timeout_s: float = 60.0,
@@ -260,21 +260,18 @@ def check_judge(spec: str, *, contact: bool = True, timeout_s: float = 60.0,
     if not spec:
         raise ValueError("--judge: empty judge spec")
     if spec.startswith("openai:"):
-        from rubric_jax.openai_client import ChatClient, ChatError, run_sync
+        from rubric_jax.openai_client import ChatClient, ChatError, test_request
 
         try:
-            client = ChatClient.from_spec(spec, timeout_s=timeout_s, max_retries=min(max_retries, CHECK_MAX_RETRIES),
-                                          backoff_s=backoff_s, concurrency=1)
+            ChatClient.from_spec(spec)  # parsed first: a typo is named without a network wait
         except ValueError as e:
             raise ValueError(f"--judge {spec!r}: {e}") from None
         if not contact:
             return f"judge {spec}: not contacted"
         try:
-            run_sync(lambda: client.achat([{"role": "user", "content": "Reply with A."}], max_tokens=1,
-                                          temperature=0.0))
-        except ChatError as e:  # already redacted; redacted again in case it was built elsewhere
-            raise JudgeUnavailable(f"judge {spec!r} did not answer a test request: {client.redact(str(e))}") \
-                from None
+            test_request(spec, timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s)
+        except ChatError as e:
+            raise JudgeUnavailable(f"judge {spec!r} did not answer a test request: {e}") from None
         return f"judge {spec}: answered a test request"
     from evals.models import ModelSpecError, classify
 

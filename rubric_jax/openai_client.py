@@ -389,3 +389,20 @@ def run_sync(coro_fn):
 
 
 __all__ = ["ChatClient", "ChatError", "Completion", "parse_completion", "redact", "run_sync"]
+
+
+TEST_MAX_RETRIES = 2  # a test request may wait out a 429 or a restarting server, not a run's retry budget
+
+
+def test_request(spec: str, *, timeout_s: float = 60.0, max_retries: int = TEST_MAX_RETRIES,
+                 backoff_s: float = 1.0) -> None:
+    """One chat request of one token ("Reply with A.") to the "openai:MODEL@BASE_URL" endpoint, without the
+    cache (a cached answer would hide a dead endpoint): raises ChatError (redacted) when the endpoint, model
+    name or key is wrong, in seconds rather than after a model has loaded. A malformed spec is a ValueError."""
+    client = ChatClient.from_spec(spec, timeout_s=timeout_s, max_retries=min(max_retries, TEST_MAX_RETRIES),
+                                  backoff_s=backoff_s, concurrency=1)
+    try:
+        run_sync(lambda: client.achat([{"role": "user", "content": "Reply with A."}], max_tokens=1,
+                                      temperature=0.0))
+    except ChatError as e:  # already redacted; again in case it was built elsewhere
+        raise ChatError(client.redact(str(e))) from None

@@ -22,6 +22,15 @@ from conftest import load_config  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _dead_url() -> str:
+    """An address where nothing listens (a port just freed): connections are refused at once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
 def _train_case(tmp_path, *, data=None, rubric=None, workdir=None, config="rcrl", **over):
     """What `python -m rubric_jax.main` runs once its flags are parsed, on a tiny config (rcrl's by default;
     `over`: "section__key" overrides)."""
@@ -93,6 +102,8 @@ CASES = {
                                           ["record 'q1'", "unknown constraint type 'no_such_kind'"]),
     "rare_writer_spec": lambda t: (_train_case(t, config="rare", rare__writer="gpt-4o"),
                                    ["config.rare.writer='gpt-4o'", "'local' or 'openai:MODEL@BASE_URL'"]),
+    "rare_dead_remote_judge": lambda t: (_train_case(t, config="rare", rare__judge=f"openai:m@{_dead_url()}"),
+                                         ["config.rare.judge='openai:m@", "did not answer a test request"]),
     "negative_max_new_tokens": lambda t: (lambda: sampling_cli.main(["--prompt", "hi", "--max_new_tokens", "-3"]),
                                           ["--max_new_tokens=-3", ">= 1"]),
 }

@@ -335,7 +335,24 @@ class RareMethod(Method):
 
     def prepare(self, records: list) -> list:
         self.store = initial_store(self.config, self.default_rubric, records)
+        self._check_remote()
         return records
+
+    def _check_remote(self) -> None:
+        """A remote judge or writer answers one test request before any model loads (as `evals.run` asks of
+        its judges): a dead endpoint, wrong model name or key is one line in seconds, not a traceback after the
+        load and the first rollouts."""
+        from rubric_jax.errors import UserError
+        from rubric_jax.openai_client import ChatError, test_request
+
+        for field in ("judge", "writer"):
+            spec = self.config.rare[field]
+            if spec.startswith("openai:"):
+                print(f"checking remote rare.{field} {spec} (one test request)", flush=True)
+                try:
+                    test_request(spec)
+                except (ChatError, ValueError) as e:
+                    raise UserError(f"config.rare.{field}={spec!r} did not answer a test request: {e}") from None
 
     def build(self, ctx: BuildContext) -> None:
         super().build(ctx)

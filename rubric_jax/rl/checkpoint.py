@@ -80,7 +80,12 @@ class _OrbaxSaveErrors(logging.Filter):
     disk): every failed save reaches the caller as a SaveFailedError, which says it in one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname
+        if record.levelno < logging.ERROR:
+            return True
+        if record.name == "asyncio":  # orbax's write tasks whose failure it reported through its own future
+            msg = record.getMessage()
+            return not ("exception was never retrieved" in msg and f"{os.sep}orbax{os.sep}" in msg)
+        return f"{os.sep}orbax{os.sep}" not in record.pathname
 
 
 _ORBAX_FILTER = _OrbaxSaveErrors()
@@ -246,6 +251,7 @@ class Checkpointer:
         self._saving: Optional[int] = None  # the step of the last save, until it is known to have finished
         if not read_only:
             logging.getLogger("absl").addFilter(_ORBAX_FILTER)  # absl: orbax logs through absl.logging
+            logging.getLogger("asyncio").addFilter(_ORBAX_FILTER)
 
     # ---- queries -------------------------------------------------------------------------------------------------
     def all_steps(self) -> list[int]:

@@ -253,3 +253,47 @@ def test_kill_during_save_keeps_previous_checkpoint(tmp_path):
     ck.wait()
     assert ck.all_steps() == [1, 3] and not os.path.exists(tmp_dir)
     ck.close()
+
+
+def test_after_a_failed_save_only_the_abandoned_writes_callbacks_are_silenced(monkeypatch):
+    """orbax abandons a failed save's TensorStore writes; when they complete, their done-callbacks call
+    `call_soon_threadsafe` on orbax's closed event loop, and Python reports each RuntimeError through
+    sys.unraisablehook: dozens of tracebacks around the one-line error. The hook a writing Checkpointer installs
+    drops exactly those and passes every other report on."""
+    import asyncio
+    import gc
+
+    from rubric_jax.rl import checkpoint as ck
+
+    seen = []
+
+    def recorder(u):
+        seen.append((u.exc_type, str(u.exc_value)))
+
+    monkeypatch.setattr(sys, "unraisablehook", recorder)
+    ck._silence_abandoned_writes()
+    hook = sys.unraisablehook
+    assert hook is not recorder
+    loop = asyncio.new_event_loop()
+    loop.close()
+
+    class Callback:  # a __del__ raising is reported as unraisable, as TensorStore's callbacks are
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __del__(self):
+            self.fn()
+
+    Callback(lambda: loop.call_soon_threadsafe(print))
+    gc.collect()
+    assert seen == []  # the closed loop's callback: dropped
+
+    def other():
+        raise RuntimeError("Event loop is closed")  # the same words, not raised by asyncio: passed on
+
+    Callback(other)
+    Callback(lambda: 1 / 0)
+    gc.collect()
+    assert seen == [(RuntimeError, "Event loop is closed"), (ZeroDivisionError, "division by zero")]
+    ck._silence_abandoned_writes()  # a second call does not stack a second hook
+    assert sys.unraisablehook is hook

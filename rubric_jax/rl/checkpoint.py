@@ -36,6 +36,7 @@ import json
 import logging
 import os
 import re
+import sys
 from typing import Any, Mapping, Optional
 
 import jax
@@ -89,6 +90,35 @@ class _OrbaxSaveErrors(logging.Filter):
 
 
 _ORBAX_FILTER = _OrbaxSaveErrors()
+
+
+def _is_closed_loop_callback(exc_type, exc, tb) -> bool:
+    """RuntimeError('Event loop is closed') raised in asyncio's call_soon_threadsafe: a TensorStore write that
+    orbax abandoned when its save failed completes later, on TensorStore's thread, and its done-callback finds
+    orbax's event loop gone. Nothing is lost that the SaveFailedError has not already said."""
+    if not (exc_type is RuntimeError and "Event loop is closed" in str(exc)):
+        return False
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and f"{os.sep}asyncio{os.sep}" in tb.tb_frame.f_code.co_filename
+
+
+def _silence_abandoned_writes() -> None:
+    """Drops the unraisable-exception reports of `_is_closed_loop_callback`: after a failed save they come by the
+    dozen (up to ~200 lines), printed at any moment before or after the one-line error, since the failure happens
+    in the background before `check` sees it. Installed when a writing Checkpointer opens, once per process and
+    never removed (the late callbacks can come during interpreter exit); every other report goes to the hook
+    that was there before."""
+    prev = sys.unraisablehook
+    if getattr(prev, "_rubric_jax", False):
+        return
+
+    def hook(u):
+        if not _is_closed_loop_callback(u.exc_type, u.exc_value, u.exc_traceback):
+            prev(u)
+
+    hook._rubric_jax = True
+    sys.unraisablehook = hook
 
 
 def _cause_chain(e: BaseException):
@@ -252,6 +282,7 @@ class Checkpointer:
         if not read_only:
             logging.getLogger("absl").addFilter(_ORBAX_FILTER)  # absl: orbax logs through absl.logging
             logging.getLogger("asyncio").addFilter(_ORBAX_FILTER)
+            _silence_abandoned_writes()
 
     # ---- queries -------------------------------------------------------------------------------------------------
     def all_steps(self) -> list[int]:

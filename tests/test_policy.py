@@ -186,3 +186,41 @@ def test_max_grad_norm_0_means_no_clipping_as_documented():
     assert not all(np.allclose(x, y) for x, y in zip(none, tight))
     with pytest.raises(ValueError, match="max_grad_norm must be >= 0"):
         make_optimizer(1e-2, warmup_steps=0, total_steps=10, max_grad_norm=-1.0)
+
+
+@pytest.mark.slow
+def test_max_grad_norm_0_trains_metric_for_metric_like_a_clip_that_never_triggers():
+    """The same at the level of GRPO updates on the toy policy: three updates with max_grad_norm=0 and with a
+    clip at 1e9 (never reached) give the same metrics at every step (loss, grad_norm, entropy, ...) and the
+    same adapters, while a clip that triggers (1e-3) does not, and the LoRA B matrices (zero at init) move. The
+    two are different compiled programs, so XLA may order a sum differently: the first two steps were
+    bit-equal here and the third differed by 1-4 float32 ulps in the metrics and by up to 1.7e-7 in a weight
+    (Adam divides by the root of tiny second moments, which magnifies an ulp of gradient), hence rtol 1e-5 on
+    the metrics and atol 1e-6 on the weights, a thirty-thousandth of one step's move at lr 3e-2; a clip that
+    triggers moves them by far more."""
+
+    def run(max_grad_norm):
+        model = init_model(CFG, seed=0)
+        model.embed_tokens.embedding.set_value(model.embed_tokens.embedding.get_value() * 8)
+        apply_lora(model, LoRAConfig(rank=8, alpha=16.0))
+        opt = make_optimizer(3e-2, warmup_steps=0, total_steps=100, schedule="constant", max_grad_norm=max_grad_norm)
+        policy = Policy(model, opt, LossConfig(aggregation="token_mean"), PolicyConfig(micro_batch_size=24))
+        metrics = []
+        for step in range(3):
+            out, _, adv = _rollouts(policy, step)
+            metrics.append({k: float(v) for k, v in policy.update(rollout_batch(out, adv), jax.random.key(step)).items()})
+        return metrics, [(p, np.asarray(x.get_value())) for p, x in nnx.to_flat_state(policy.trainable)]
+
+    def same(a, b):
+        (ma, wa), (mb, wb) = a, b
+        return ([sorted(m) for m in ma] == [sorted(m) for m in mb]
+                # mismatch/*: the sampler's and the update's log-probs apart, float noise by definition (~1e-6)
+                and all(np.allclose(x[k], y[k], rtol=1e-5, atol=1e-7) for x, y in zip(ma, mb) for k in x
+                        if not k.startswith("mismatch/"))
+                and all(np.allclose(x, y, rtol=0, atol=1e-6) for (_, x), (_, y) in zip(wa, wb)))
+
+    none, never, tight = run(0.0), run(1e9), run(1e-3)
+    assert same(none, never)
+    assert not same(none, tight)
+    assert all(m["grad_norm"] > 1e-3 for m in none[0])  # the tight clip did trigger
+    assert max(float(np.abs(x).max()) for p, x in none[1] if p[-1] == "lora_b") > 1e-3

@@ -120,7 +120,8 @@ def _apply(optimizer, lora, opt_state, grad_sum, den):
     updates, new_opt = optimizer.update(grads, opt_state, lora)
     new_lora = optax.apply_updates(lora, updates)
     # A finite gradient can still overflow the weights (a learning rate of 1e30): the new weights are checked
-    # too, by one reduction fused with the selection below, which reads every weight anyway.
+    # too, one more pass over the adapters (about 9 ms per update for SmolLM2's r=16 adapters on a 2-core CPU,
+    # 0.02% of a step: benchmarks/finite_check.py).
     finite = jnp.isfinite(gnorm) & all_finite(new_lora)
     # A rejected update leaves parameters and optimizer state untouched, so no non-finite weight is ever kept.
     pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)

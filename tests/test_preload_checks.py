@@ -188,4 +188,10 @@ def test_sampling_refuses_a_prompt_past_the_context_before_generating(tmp_path, 
     assert exit_info.value.code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("error: --prompt 2 is ") and "past this model's context of 64 tokens" in err, err
     n = int(err.split("--prompt 2 is ")[1].split()[0])
-    assert n > 64 and f"--max_new_tokens to at most {max(64 - n, 0)}" in err
+    assert n > 64 and err.endswith(f"the prompt alone fills the context: shorten it by at least {n - 63} tokens"), err
+    # a prompt that fits alone: the way out is fewer new tokens, as many as fit
+    with pytest.raises(SystemExit):
+        sampling_cli.main(["--model", d, "--prompt", "word " * 30, "--max_new_tokens", "40"])
+    err = capsys.readouterr().err.strip()
+    n = int(err.split("--prompt 1 is ")[1].split()[0])
+    assert n < 64 < n + 40 and err.endswith(f"lower --max_new_tokens to at most {64 - n}"), err

@@ -40,9 +40,12 @@ def check_context(tokenizer, prompts, max_new_tokens: int, context: int) -> None
     it samples there is garbage that takes minutes to produce."""
     for i, ids in enumerate(encode_prompts(tokenizer, prompts, chat=True)):
         if len(ids) + max_new_tokens > context:
+            room = context - len(ids)
+            way_out = (f"shorten the prompt or lower --max_new_tokens to at most {room}" if room > 0 else
+                       f"the prompt alone fills the context: shorten it by at least {1 - room} tokens")
             raise UserError(f"--prompt {i + 1} is {len(ids)} tokens and --max_new_tokens={max_new_tokens}: "
                             f"{len(ids) + max_new_tokens} in all, past this model's context of {context} tokens; "
-                            f"shorten the prompt or lower --max_new_tokens to at most {max(context - len(ids), 0)}")
+                            f"{way_out}")
 
 
 def _sample(args):

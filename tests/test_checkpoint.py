@@ -263,7 +263,7 @@ def test_after_a_failed_save_only_the_abandoned_writes_callbacks_are_silenced(mo
     import asyncio
     import gc
 
-    from rubric_jax.rl import checkpoint as ck
+    from rubric_jax.rl import checkpoint_errors as ck
 
     seen = []
 

@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import re
-import sys
 from typing import Any, Mapping, Optional
 
 import jax
@@ -44,6 +43,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from rubric_jax.errors import UserError
+from rubric_jax.rl.checkpoint_errors import SaveFailedError, cause_chain, os_error, quiet_failed_saves, short
 
 __all__ = ["Checkpointer", "CHECKPOINT_SUBDIR", "DamagedCheckpointError", "SaveFailedError"]
 
@@ -66,99 +66,9 @@ class DamagedCheckpointError(FileNotFoundError, UserError):
     a UserError, so the entry points print its message as one line (the way out is the user's choice)."""
 
 
-class SaveFailedError(UserError):
-    """Writing checkpoint `step` failed (a full disk, a quota, a folder made read-only); `why` is the OS's own
-    error. Raised by `save`, `check` or `wait`, whichever first sees the background write's failure: the trainer
-    stops there with one line instead of training on with nothing saved."""
-
-    def __init__(self, step: int, why: str, directory: str, message: str | None = None):
-        super().__init__(message or f"saving checkpoint {step} failed ({why})")
-        self.step, self.why, self.directory = step, why, directory
-
-
-class _OrbaxSaveErrors(logging.Filter):
-    """Drops orbax's ERROR records (a traceback per failed background thread, hundreds of lines for one full
-    disk): every failed save reaches the caller as a SaveFailedError, which says it in one line."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.ERROR:
-            return True
-        if record.name == "asyncio":  # orbax's write tasks whose failure it reported through its own future
-            msg = record.getMessage()
-            return not ("exception was never retrieved" in msg and f"{os.sep}orbax{os.sep}" in msg)
-        return f"{os.sep}orbax{os.sep}" not in record.pathname
-
-
-_ORBAX_FILTER = _OrbaxSaveErrors()
-
-
-def _is_closed_loop_callback(exc_type, exc, tb) -> bool:
-    """RuntimeError('Event loop is closed') raised in asyncio's call_soon_threadsafe: a TensorStore write that
-    orbax abandoned when its save failed completes later, on TensorStore's thread, and its done-callback finds
-    orbax's event loop gone. Nothing is lost that the SaveFailedError has not already said."""
-    if not (exc_type is RuntimeError and "Event loop is closed" in str(exc)):
-        return False
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and f"{os.sep}asyncio{os.sep}" in tb.tb_frame.f_code.co_filename
-
-
-def _silence_abandoned_writes() -> None:
-    """Drops the unraisable-exception reports of `_is_closed_loop_callback`: after a failed save they come by the
-    dozen (up to ~200 lines), printed at any moment before or after the one-line error, since the failure happens
-    in the background before `check` sees it. Installed when a writing Checkpointer opens, once per process and
-    never removed (the late callbacks can come during interpreter exit); every other report goes to the hook
-    that was there before."""
-    prev = sys.unraisablehook
-    if getattr(prev, "_rubric_jax", False):
-        return
-
-    def hook(u):
-        if not _is_closed_loop_callback(u.exc_type, u.exc_value, u.exc_traceback):
-            prev(u)
-
-    hook._rubric_jax = True
-    sys.unraisablehook = hook
-
-
-def _cause_chain(e: BaseException):
-    seen = []
-    while e is not None and e not in seen:
-        seen.append(e)
-        e = e.__cause__ or e.__context__
-    return seen
-
-
-def _short(e: BaseException, strip: str = "") -> str:
-    """`Class: first line` of the innermost exception of `e`'s chain (TensorStore's own error, not orbax's
-    wrapper that prints the whole store spec), paths under `strip` made relative, at most 240 characters."""
-    inner = _cause_chain(e)[-1]
-    msg = (str(inner).strip().splitlines() or [""])[0]
-    if strip:
-        msg = msg.replace(strip.rstrip(os.sep) + os.sep, "")
-    if len(msg) > 240:
-        msg = msg[:237] + "..."
-    return f"{type(inner).__name__}: {msg}"
-
-
-_TS_OS_ERROR = re.compile(r"Failed (?:to )?\w+[^:]*: ([^\[\]:]+?) \[os_error_code='?(\d+)'?\]")
-
-
-def _os_error(e: BaseException, strip: str = "") -> str:
-    """The operating system's own error in `e`'s chain, `[Errno 28] No space left on device`, whether Python
-    raised it or TensorStore wrapped it in a ValueError; else `_short(e)`."""
-    for x in _cause_chain(e):
-        if isinstance(x, OSError) and x.errno:
-            return f"[Errno {x.errno}] {x.strerror}"
-        m = _TS_OS_ERROR.search(str(x))
-        if m:
-            return f"[Errno {m.group(2)}] {m.group(1).strip()}"
-    return _short(e, strip)
-
-
 def _is_damage(e: BaseException) -> bool:
     return any(isinstance(x, (json.JSONDecodeError, FileNotFoundError)) or _DAMAGE_STATUS.search(str(x))
-               for x in _cause_chain(e))
+               for x in cause_chain(e))
 
 
 def _is_typed_key(x) -> bool:
@@ -280,9 +190,7 @@ class Checkpointer:
         self._intact: set[int] = set()  # steps `problem` passed (a finalized step's files do not change)
         self._saving: Optional[int] = None  # the step of the last save, until it is known to have finished
         if not read_only:
-            logging.getLogger("absl").addFilter(_ORBAX_FILTER)  # absl: orbax logs through absl.logging
-            logging.getLogger("asyncio").addFilter(_ORBAX_FILTER)
-            _silence_abandoned_writes()
+            quiet_failed_saves()
 
     # ---- queries -------------------------------------------------------------------------------------------------
     def all_steps(self) -> list[int]:
@@ -329,9 +237,9 @@ class Checkpointer:
             if not _is_damage(e):
                 # The check itself failed (a permission, a TensorStore that reads differently): that says nothing
                 # against the files, and setting a good step aside would be worse than the restore's own error.
-                log.warning("checkpoint step %d could not be checked (%s); reading it as it is", step, _short(e, path))
+                log.warning("checkpoint step %d could not be checked (%s); reading it as it is", step, short(e, path))
                 return None
-            why = _short(e, path)
+            why = short(e, path)
         if why is None:
             self._intact.add(step)
         return why
@@ -358,7 +266,7 @@ class Checkpointer:
             except PermissionError:
                 raise
             except (OSError, ValueError) as e:  # cut short, garbled, or an I/O error of the disk
-                return f"{_short(e, path)}, in {rel}"
+                return f"{short(e, path)}, in {rel}"
         if os.path.exists(os.path.join(path, _STATE, "manifest.ocdbt")):
             return _ocdbt_problem(os.path.join(path, _STATE))
         return None
@@ -385,7 +293,7 @@ class Checkpointer:
             except FileNotFoundError:
                 return None
             except OSError as e:
-                return f"left in place, as it cannot be renamed ({_short(e)})"
+                return f"left in place, as it cannot be renamed ({short(e)})"
             return f"set aside as {dst}"
         finally:
             self._mgr.reload()  # orbax caches its step list: a renamed step would be listed, pruned, or in the way
@@ -415,7 +323,7 @@ class Checkpointer:
                 force=force,
             ))
         except (OSError, ValueError) as e:  # TensorStore's I/O errors come as ValueError
-            raise SaveFailedError(int(step), _os_error(e, self.directory), self.directory) from e
+            raise SaveFailedError(int(step), os_error(e, self.directory), self.directory) from e
         if done:
             self._saving = int(step)
         return done
@@ -430,7 +338,7 @@ class Checkpointer:
 
     def _failed(self, e: BaseException):
         step, self._saving = self._saving, None
-        raise SaveFailedError(step if step is not None else -1, _os_error(e, self.directory), self.directory) from e
+        raise SaveFailedError(step if step is not None else -1, os_error(e, self.directory), self.directory) from e
 
     # ---- restore -------------------------------------------------------------------------------------------------
     def restore(self, step: Optional[int] = None, target_state: Any = None) -> tuple[Any, dict]:
@@ -463,7 +371,7 @@ class Checkpointer:
             except Exception as e:
                 if not _is_damage(e):
                     raise
-                why = _short(e, path)
+                why = short(e, path)
         aside = self._set_aside(step) or "gone"
         raise DamagedCheckpointError(f"checkpoint step {step} in {self.directory} cannot be read ({why}); {aside}; "
                                      f"restore without a step (or resume) to use the newest intact one")
@@ -486,7 +394,7 @@ class Checkpointer:
                 if not _is_damage(e):
                     raise
                 failed.add(step)
-                why = _short(e, os.path.join(self.directory, str(step)))
+                why = short(e, os.path.join(self.directory, str(step)))
                 log.warning("checkpoint step %d skipped, it cannot be read (%s); %s; trying the newest one left",
                             step, why, self._set_aside(step) or "gone")
 
@@ -581,7 +489,7 @@ class Checkpointer:
         try:
             self._mgr.close()
         except Exception as e:  # the failure of a save nobody waited for: still say it once
-            log.warning("while closing the checkpoints in %s: %s", self.directory, _short(e, self.directory))
+            log.warning("while closing the checkpoints in %s: %s", self.directory, short(e, self.directory))
 
     def __enter__(self):
         return self
@@ -609,5 +517,5 @@ def _ocdbt_problem(state_dir: str) -> Optional[str]:
         except Exception as e:  # each key's own error, so the line can name the array
             if not _is_damage(e):
                 raise
-            return f"{_short(e, state_dir)}, in {_STATE}/{key.decode(errors='replace')}"
+            return f"{short(e, state_dir)}, in {_STATE}/{key.decode(errors='replace')}"
     return None

@@ -2,6 +2,10 @@
 
 Math: docs/method.md (GRPO with LoRA). Shape letters: B batch (sequences), T completion time.
 
+Two switches change the policy term (`policy_loss_terms`), each off by default:
+  importance = "token" | "sequence"   per-token ratios (PPO, GRPO) or GSPO's one ratio per sequence
+  objective  = "clip" | "cispo"       PPO's clipped surrogate or CISPO's clipped, gradient-stopped weight
+
 Aggregation is expressed as carried sums (`LossSums`: a numerator, a denominator and metric sums) rather than
 means, so that micro-batches can be reduced one at a time and combined with `add_sums`:
     finalize(add_sums(loss_sums(mb_1), ..., loss_sums(mb_k))) == finalize(loss_sums(whole batch))
@@ -21,11 +25,13 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
-    "AGGREGATIONS", "LossConfig", "PolicyTerms", "LossSums", "kl_penalty", "policy_loss_terms",
+    "AGGREGATIONS", "IMPORTANCE", "OBJECTIVES", "LossConfig", "sequence_ratio", "PolicyTerms", "LossSums", "kl_penalty", "policy_loss_terms",
     "loss_denominator", "loss_sums", "add_sums", "finalize", "grpo_loss",
 ]
 
 AGGREGATIONS = ("token_mean", "seq_mean", "dr_grpo")
+IMPORTANCE = ("token", "sequence")
+OBJECTIVES = ("clip", "cispo")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +44,15 @@ class LossConfig:
     kl_coef: weight of the per-token KL term; 0 skips it entirely (no reference log-probs needed).
     kl_kind: "k1" or "k3" estimator.
     max_completion_len: the fixed completion budget L for "dr_grpo" (den = num_seqs * L); required there.
+    importance: "token" (one ratio per token) or "sequence" (GSPO: one length-normalised ratio per sequence,
+        `sequence_ratio`). GSPO's paper clips the sequence ratio far tighter than PPO clips a token's, since it is a
+        geometric mean: eps_low = 3e-4, eps_high = 4e-4 in its experiments (section 5.1).
+    objective: "clip" (PPO's clipped surrogate) or "cispo" (CISPO: the clipped ratio as a gradient-stopped
+        weight on every token's log-probability, so no token loses its gradient to the clip). MiniMax-M1 clips
+        only from above (its eps_low is effectively unbounded); here both eps bound the weight, and the dual
+        clip does not apply (the weight never exceeds 1 + eps_high).
+    mask_truncated: completions cut at the length cap take no part in the loss (DAPO's overlong filtering);
+        applied by the policy update, which knows which completions ended (rubric_jax.rl.policy).
 
     Any object with these attribute names (an ml_collections.ConfigDict, a dict) is accepted wherever a
     LossConfig is; missing fields take the defaults below.
@@ -49,6 +64,15 @@ class LossConfig:
     kl_coef: float = 0.0
     kl_kind: str = "k3"
     max_completion_len: Optional[int] = None
+    importance: str = "token"
+    objective: str = "clip"
+    mask_truncated: bool = False
+
+    def __post_init__(self):
+        if self.importance not in IMPORTANCE:
+            raise ValueError(f"unknown importance {self.importance!r}; expected one of {IMPORTANCE}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}; expected one of {OBJECTIVES}")
 
 
 def _as_config(cfg: Any) -> LossConfig:
@@ -107,19 +131,50 @@ def kl_penalty(logp_bt: jax.Array, ref_logp_bt: jax.Array, kind: str = "k3") -> 
     raise ValueError(f"unknown KL estimator {kind!r}; expected 'k1' or 'k3'")
 
 
+def sequence_ratio(logp_bt: jax.Array, old_logp_bt: jax.Array, mask_bt: jax.Array) -> jax.Array:
+    """GSPO's importance ratio of each sequence, broadcast over its tokens (B, T):
+
+        s_i = exp( (1 / |y_i|) sum_t m_it (logp_it - old_logp_it) )
+
+    the geometric mean of the token ratios ("Group Sequence Policy Optimization", arXiv 2507.18071, eq. 7).
+    Its gradient flows to every token of the sequence through the mean; a row with no valid token gets s = 1.
+    """
+    m = jnp.asarray(mask_bt).astype(logp_bt.dtype)
+    n = jnp.maximum(jnp.sum(m, axis=-1, keepdims=True), 1.0)
+    mean_log = jnp.sum((logp_bt - jax.lax.stop_gradient(old_logp_bt)) * m, axis=-1, keepdims=True) / n
+    return jnp.broadcast_to(jnp.exp(mean_log), logp_bt.shape)
+
+
 def policy_loss_terms(logp_bt: jax.Array, old_logp_bt: jax.Array, adv_b: jax.Array,
                       eps_low: float = 0.2, eps_high: float = 0.2,
-                      dual_clip: Optional[float] = 3.0) -> PolicyTerms:
-    """Per-token clipped surrogate loss (docs/method.md; PPO with the dual clip of Ye et al. 2020).
+                      dual_clip: Optional[float] = 3.0, *, importance: str = "token", objective: str = "clip",
+                      mask_bt: Optional[jax.Array] = None) -> PolicyTerms:
+    """Per-token policy loss (docs/method.md).
 
-        rho_t = exp(logp_t - old_logp_t)
-        l_t   = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
+    importance "token": rho_t = exp(logp_t - old_logp_t); "sequence" (GSPO): rho_t = s_i, the sequence's
+    ratio from `sequence_ratio` (needs `mask_bt`), the same for every token of sequence i.
+
+    objective "clip" (PPO, with the dual clip of Ye et al. 2020):
+        l_t = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
         if A < 0 and dual_clip = c:  l_t = min(l_t, -c * A)     (-c * A > 0 caps the loss of a token whose
                                                                ratio has exploded, rho_t > c)
+    With importance "sequence" this is GSPO's objective (arXiv 2507.18071, eq. 5): every token of a sequence
+    carries the sequence's clipped term, so a clip drops the whole sequence, never part of it.
+
+    objective "cispo" ("MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning Attention",
+    arXiv 2506.13585, section 3.1, eq. 4):
+        w_t = sg(clip(rho_t, 1 - eps_low, 1 + eps_high))
+        l_t = -w_t * A * exp(logp_t - sg(logp_t))      value -w_t A,  gradient -w_t A grad logp_t
+    the paper's sg(w) A log pi written so the loss reads like the clip objective's (its gradient is the
+    paper's): a clipped token still gets its gradient, scaled by the bound. No dual clip (w <= 1 + eps_high).
 
     `old_logp_bt` and `adv_b` are treated as constants (stop_gradient). `adv_b` is (B,) (one advantage per
-    sequence, broadcast over T) or (B, T).
+    sequence, broadcast over T) or (B, T). The clip indicators count the tokens whose bound is the active one.
     """
+    if importance not in IMPORTANCE:
+        raise ValueError(f"unknown importance {importance!r}; expected one of {IMPORTANCE}")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; expected one of {OBJECTIVES}")
     dtype = jnp.float64 if logp_bt.dtype == jnp.float64 else jnp.float32
     logp_bt = logp_bt.astype(dtype)
     old_logp_bt = jax.lax.stop_gradient(old_logp_bt).astype(dtype)
@@ -127,13 +182,25 @@ def policy_loss_terms(logp_bt: jax.Array, old_logp_bt: jax.Array, adv_b: jax.Arr
     adv_bt = adv[:, None] if adv.ndim == 1 else adv
     adv_bt = jnp.broadcast_to(adv_bt, logp_bt.shape)
 
-    ratio_bt = jnp.exp(logp_bt - old_logp_bt)
+    if importance == "sequence":
+        if mask_bt is None:
+            raise ValueError("importance='sequence' (GSPO) averages over each sequence's tokens: pass mask_bt")
+        ratio_bt = sequence_ratio(logp_bt, old_logp_bt, mask_bt)
+    else:
+        ratio_bt = jnp.exp(logp_bt - old_logp_bt)
     clipped_ratio_bt = jnp.clip(ratio_bt, 1.0 - eps_low, 1.0 + eps_high)
+    pos, neg = adv_bt > 0, adv_bt < 0
+    f = lambda x: x.astype(dtype)
+    if objective == "cispo":
+        w_bt = jax.lax.stop_gradient(clipped_ratio_bt)
+        loss_bt = -w_bt * adv_bt * jnp.exp(logp_bt - jax.lax.stop_gradient(logp_bt))
+        low, high = ratio_bt < 1.0 - eps_low, ratio_bt > 1.0 + eps_high
+        return PolicyTerms(loss_bt, ratio_bt, f(low & (adv_bt != 0)), f(high & (adv_bt != 0)), f(jnp.zeros_like(neg)))
+
     unclipped_obj = ratio_bt * adv_bt
     clipped_obj = clipped_ratio_bt * adv_bt
     loss_bt = -jnp.minimum(unclipped_obj, clipped_obj)
 
-    pos, neg = adv_bt > 0, adv_bt < 0
     clipped_low = neg & (ratio_bt < 1.0 - eps_low)
     clipped_high = pos & (ratio_bt > 1.0 + eps_high)
     if dual_clip is not None:
@@ -142,7 +209,6 @@ def policy_loss_terms(logp_bt: jax.Array, old_logp_bt: jax.Array, adv_b: jax.Arr
         loss_bt = jnp.where(neg, jnp.minimum(loss_bt, cap_bt), loss_bt)
     else:
         dual = jnp.zeros_like(neg)
-    f = lambda x: x.astype(dtype)
     return PolicyTerms(loss_bt, ratio_bt, f(clipped_low), f(clipped_high), f(dual))
 
 
@@ -189,7 +255,8 @@ def loss_sums(logp_bt: jax.Array, old_logp_bt: jax.Array, ref_logp_bt: Optional[
     """
     cfg = _as_config(cfg)
     _check_aggregation(cfg)
-    terms = policy_loss_terms(logp_bt, old_logp_bt, adv_b, cfg.eps_low, cfg.eps_high, cfg.dual_clip)
+    terms = policy_loss_terms(logp_bt, old_logp_bt, adv_b, cfg.eps_low, cfg.eps_high, cfg.dual_clip,
+                              importance=cfg.importance, objective=cfg.objective, mask_bt=mask_bt)
     dtype = terms.loss_bt.dtype
     m = jnp.asarray(mask_bt).astype(dtype)
 

@@ -141,6 +141,30 @@ class PolicyConfig:
     temperature: float = 1.0  # the sampling temperature: log-probs are of the same distribution
     logprob_chunk: int = 128
     max_bad_steps: int = 5  # consecutive non-finite updates before the run stops
+    eos_ids: tuple[int, ...] = ()  # the tokenizer's end ids: which completions ended (loss.mask_truncated)
+
+
+def truncated_rows(batch: RolloutBatch, eos_ids) -> np.ndarray:
+    """(B,) rows whose completion has no end-of-sequence token: the sampler stopped them at the length cap
+    (it stops a completion at its first end id, so "no end id" and "cut at the cap" are the same rows).
+    Empty rows (padding groups) are not truncated."""
+    if not eos_ids:
+        raise ValueError("loss.mask_truncated needs the tokenizer's end-of-sequence ids (PolicyConfig.eos_ids)")
+    comp = np.asarray(batch.tokens_bt)[:, batch.prompt_len:]
+    cmask = np.asarray(batch.completion_mask_bt, bool)
+    ended = (np.isin(comp, np.asarray(eos_ids)) & cmask).any(-1)
+    return cmask.any(-1) & ~ended
+
+
+def mask_truncated(batch: RolloutBatch, eos_ids) -> tuple[RolloutBatch, float]:
+    """DAPO's overlong filtering ("DAPO: An Open-Source LLM Reinforcement Learning System at Scale",
+    arXiv 2503.14476, section 3.4): a completion cut at the length cap takes no part in the loss, since its
+    reward judges an unfinished answer. Returns the batch with those rows' completion masks cleared (they then
+    add to no numerator or denominator, like padding rows) and their share of the non-empty rows."""
+    cut = truncated_rows(batch, eos_ids)
+    rows = max(int(np.asarray(batch.completion_mask_bt, bool).any(-1).sum()), 1)
+    cmask = np.asarray(batch.completion_mask_bt, bool) & ~cut[:, None]
+    return dataclasses.replace(batch, completion_mask_bt=cmask), float(cut.sum()) / rows
 
 
 class NonFiniteError(FloatingPointError, UserError):
@@ -262,6 +286,9 @@ class Policy:
 
     def update(self, batch: RolloutBatch, key) -> dict[str, float]:
         """num_iterations optimizer steps on one batch; returns metrics of the last (and skip counts)."""
+        masked = None
+        if self.loss_cfg.mask_truncated:
+            batch, masked = mask_truncated(batch, self.cfg.eos_ids)
         if self.cfg.num_iterations > 1 and batch.old_logp_bt is None:
             batch = dataclasses.replace(batch, old_logp_bt=self.logprobs(batch))
         if self.loss_cfg.kl_coef != 0 and batch.ref_logp_bt is None:
@@ -290,6 +317,8 @@ class Policy:
             metrics["skipped_updates"] = float(self.total_bad_steps)
         if mismatch >= 0:
             metrics["mismatch/logp_max"] = mismatch
+        if masked is not None:
+            metrics["truncated_masked"] = masked
         return metrics
 
 

@@ -145,7 +145,8 @@ def build(config) -> Setup:
                                schedule=config.optim.schedule)
     policy = Policy(policy_model, optimizer, loss_cfg, PolicyConfig(
         micro_batch_size=config.loss.micro_batch_size // hosts.count, num_iterations=config.loss.num_iterations,
-        temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps),
+        temperature=config.sampling.temperature, max_bad_steps=config.loss.max_bad_steps,
+        eos_ids=tuple(int(e) for e in tokenizer.eos_ids)),
         place=hosts.rows if mesh is not None else None, fetch=hosts.local_rows, finetune=config.finetune)
     # AdamW's moments follow their parameters' shardings; only its step counter is made on one device.
     policy.opt_state = hosts.on_mesh(policy.opt_state)

@@ -10,6 +10,10 @@ Panels (each skipped when none of its metrics was logged):
   policy_entropy       policy_entropy
   kl                   kl, the policy's KL to its reference (0 throughout when loss.kl_coef = 0: no reference pass)
   judge_position_bias  judge/position_bias
+  judge_audit          judge/length_corr, judge/first_position_rate, judge/saturation: the judge-bias audit
+                       (rank correlation of reward with length; share of verdicts for the first-shown response;
+                       share of pointwise scores at the scale's top), with its reference lines at 0 and 1/2
+  criterion_share      adv/criterion_share/<criterion id>: each criterion's share of the advantage
   completion_len       completion_len/mean
   rare..., rlmr...     any metric under rare/ or rlmr/, one panel per prefix group: the metric name without its
                        last "/" component ("rare/weights/0", "rare/weights/1" -> panel "rare/weights";
@@ -40,6 +44,8 @@ PANELS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("policy_entropy", ("policy_entropy",), ()),
     ("kl", ("kl",), ()),
     ("judge_position_bias", ("judge/position_bias",), ()),
+    ("judge_audit", ("judge/length_corr", "judge/first_position_rate", "judge/saturation"), ()),
+    ("criterion_share", (), ("adv/criterion_share/",)),
     ("completion_len", ("completion_len/mean",), ()),
 )
 GENERIC_PREFIXES = ("rare/", "rlmr/")
@@ -112,7 +118,7 @@ def ema(values: np.ndarray, alpha: float) -> np.ndarray:
 
 def _short(metric: str, panel: str) -> str:
     """Legend name of a metric inside its panel: the part after the panel's prefix, when it has one."""
-    for p in (panel + "/", "win_rate_spread/", "score/"):
+    for p in (panel + "/", "win_rate_spread/", "score/", "adv/criterion_share/", "judge/"):
         if metric.startswith(p) and len(metric) > len(p):
             return metric[len(p):]
     return metric
@@ -141,6 +147,9 @@ def _draw(ax, panel: str, metrics: list[str], runs: list[tuple[str, dict]], smoo
                 ax.plot(steps, vals, color=color, ls=ls, lw=1.3, label=line_label,
                         marker="." if steps.size < 30 else None)
             n_lines += 1
+    if panel == "judge_audit":  # an unbiased judge: no length correlation, first-shown wins half the time
+        for y in (0.0, 0.5):
+            ax.axhline(y, color="0.6", lw=0.7, ls=":")
     ax.set_title(panel)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)

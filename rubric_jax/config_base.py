@@ -74,6 +74,10 @@ def base_config() -> ml_collections.ConfigDict:
         aggregation="dr_grpo",  # token_mean | seq_mean | dr_grpo
         eps_low=0.2, eps_high=0.2, dual_clip=0.0,  # 0 disables the dual clip
         kl_coef=0.0, kl_kind="k3",
+        # importance: token | sequence (GSPO; clip it far tighter, e.g. eps_low=3e-4, eps_high=4e-4)
+        # objective: clip (PPO) | cispo (the clipped ratio as a gradient-stopped weight; rubric_jax.rl.losses)
+        # mask_truncated: completions cut at max_completion_len take no part in the loss (DAPO)
+        importance="token", objective="clip", mask_truncated=False,
         num_iterations=1, micro_batch_size=2, max_bad_steps=5))  # 8 completions = 4 x 2
     # mode: sign (default: discrete verdicts from the order-averaged preference) | logit | hard | generate
     # model: "" = self-judging, the papers' setting (the policy's frozen base and tokenizer, no second copy); else
@@ -98,6 +102,10 @@ def base_config() -> ml_collections.ConfigDict:
         alpha=0.5, order="paper",
         order_seed=0, dropout_q=0.0, exploration_coef=0.0, exploration_dim=64, exploration_lambda=1.0,
         usefulness_coef=0.0, verifier_flip=0.0,
+        # normalise: sum | per_criterion (each criterion standardised within its group before the weighted sum)
+        # overlong_penalty: DAPO's soft penalty, times this (0: off), over the last overlong_buffer tokens before
+        # max_completion_len; length_control: subtract this times the within-group standardised log length
+        normalise="sum", overlong_penalty=0.0, overlong_buffer=64, length_control=0.0,
         pacing="fixed"))  # fixed: one criterion every `interval` steps | auto: when held-out quality plateaus |
     # monitor: the fixed schedule, with auto's held-out readings logged (to compare the two)
     # reward.pacing="auto" (rubric_jax.rewards.pacing; docs/method.md): every `every` steps the policy's greedy

@@ -116,8 +116,11 @@ def test_curves_cli_writes_pngs(tmp_path):
 
 def test_curves_groups_and_ema():
     groups = dict(curves.panel_groups(["reward/mean", "score/c1", "score/c2", "rare/w/0", "rare/w/1",
-                                       "rlmr/penalty", "loss", "time/judge"]))
+                                       "rlmr/penalty", "loss", "time/judge", "judge/saturation",
+                                       "judge/length_corr", "adv/criterion_share/c1", "reward/criterion/c1"]))
     assert groups == {"reward": ["reward/mean"], "score": ["score/c1", "score/c2"],
+                      "judge_audit": ["judge/length_corr", "judge/saturation"],
+                      "criterion_share": ["adv/criterion_share/c1"],
                       "rare/w": ["rare/w/0", "rare/w/1"], "rlmr": ["rlmr/penalty"]}
     np.testing.assert_allclose(curves.ema(np.array([1.0, 3.0]), 0.0), [1.0, 3.0])
     # debiased: first point is itself; second = (0.5*0.5*1 + 0.5*3) / (1 - 0.25)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rubric_jax.methods import per_prompt
+from rubric_jax.methods.terms import term_keys
 from rubric_jax.rl import trainer
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.metrics import read_metrics
@@ -73,7 +74,7 @@ def _step_key(config, step):
 
 
 def _weights_by_id(config, step):
-    rc = reward_config(config)
+    rc = reward_config(config, term_keys())
     crit = ordered_criteria(load_rubric(config.rubric), rc)
     w = step_weights(step, len(crit), rc, _step_key(config, step))
     return {c.id: float(x) for c, x in zip(crit, w) if x > 0}, [c.id for c in crit]

@@ -103,6 +103,7 @@ def pooled_result(readings, mode: str) -> PairwiseResult:
     p_first = np.mean([1.0 - r.p_first if invert else r.p_first for r, invert, _ in readings], axis=0)
     seen = valid & judged
     res.metrics["position_bias"] = float(p_first[seen].mean()) if seen.any() else 0.5
+    res.metrics["first_position_rate"] = float(health.first_position_rate_flat(p_first[seen]))
     return dataclasses.replace(res, valid=valid, p_first=p_first.astype(np.float32))
 
 
@@ -150,6 +151,7 @@ def _readouts(filled, keep, mask, pf0, valid, judged, *, names):
     figures = {
         # valid implies judged: the flat means over valid entries are the means over valid judged pairs
         "position_bias": health.position_bias_flat(pf0.ravel(), valid.ravel()),
+        "first_position_rate": health.first_position_rate_flat(pf0.ravel(), valid.ravel()),
         "invalid_fraction": health.invalid_fraction(valid, judged),
         "verdict_entropy": health.verdict_entropy(jnp.stack([pf0, 1.0 - pf0], -1), valid),
         "order_agreement": health.order_agreement(filled, judged),

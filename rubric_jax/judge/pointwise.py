@@ -154,7 +154,8 @@ def _point_result(judge, gr, mode, m_all) -> PointwiseResult:
     ent, invalid = _point_health(np.pad(np.nan_to_num(probs), [(0, 0), (0, width - c_n), (0, 0)]),
                                  pad_criteria(valid, width, False), pad_criteria(np.ones_like(valid), width, False))
     metrics = {"judgments": float(g * c_n), "invalid_fraction": float(invalid),
-               "verdict_entropy": 0.0 if mode == "generate" else float(ent)}
+               "verdict_entropy": 0.0 if mode == "generate" else float(ent),
+               "saturation": float(health.saturation(scores, valid, mc))}
     return PointwiseResult(scores=scores, valid=valid, probs=probs, max_points=mc, metrics=metrics)
 
 

@@ -6,7 +6,9 @@ Domains"; docs/method.md):
 
 A term is registered with `@term("name")`: a function `(ctx, batch) -> (B, G)` raw bonus per rollout (ctx: the
 run's `BuildContext`, batch: a `TermBatch`), or a `Term` subclass when it keeps state for the checkpoint. Its
-coefficient is `reward.<name>_coef`, a field its config file adds. The trainer standardises the bonus within each
+coefficient is `reward.<name>_coef`, a field its config file adds (a subclass may name another key, `coef_key`,
+and own more keys, `keys`). A subclass with `standardise = False` is added as it is, coef * b_i: a penalty on an
+absolute scale (DAPO's overlong penalty) must not be rescaled by its group's spread. The trainer standardises the bonus within each
 group, adds it and logs bonus/<name> (the raw mean); docs/architecture.md section 7 has a worked example. The bonuses' math (leverage scores, NLL differences) lives in rubric_jax.rewards and
 rubric_jax.rl.reward; this module only connects them to the step.
 """
@@ -17,9 +19,13 @@ import abc
 import dataclasses
 from typing import Any, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
+from rubric_jax.config_checks import ConfigError
 from rubric_jax.methods.base import BuildContext
+from rubric_jax.rewards import shaping
+from rubric_jax.rewards.compiled import standardise_in_group  # one compiled program per shape
 from rubric_jax.rl import diagnostics
 from rubric_jax.rl.reward import exploration_bonuses, exploration_projection, usefulness_bonuses
 
@@ -58,13 +64,29 @@ class TermBatch:
 
 class Term(abc.ABC):
     name = "?"
+    coef_key: str | None = None  # the config.reward key of its coefficient (None: <name>_coef)
+    keys: tuple[str, ...] = ()  # further config.reward keys this term owns
+    standardise = True  # the bonus is standardised within its group before it is weighted
 
     def __init__(self, config, reward_cfg, ctx: BuildContext):
         self.config, self.reward_cfg, self.ctx = config, reward_cfg, ctx
 
+    @classmethod
+    def coef_name(cls) -> str:
+        return cls.coef_key or f"{cls.name}_coef"
+
     @property
     def coef(self) -> float:
-        return float(self.config.reward[f"{self.name}_coef"])
+        return float(self.config.reward[self.coef_name()])
+
+    @staticmethod
+    def validate(config) -> None:
+        """Checks of the term's keys, before any model loads (called when its coefficient is non-zero)."""
+
+    def weighted(self, bonus: np.ndarray) -> np.ndarray:
+        """What the term adds to each rollout's reward: coef * standardise_in_group(bonus), or coef * bonus."""
+        b = np.asarray(bonus, np.float32)
+        return self.coef * (np.asarray(standardise_in_group(jnp.asarray(b))) if self.standardise else b)
 
     @abc.abstractmethod
     def bonus(self, batch: TermBatch) -> np.ndarray:
@@ -78,9 +100,19 @@ class Term(abc.ABC):
         pass
 
 
+def active_terms(config) -> list[type[Term]]:
+    """The registered terms whose coefficient in config.reward is non-zero, in registration order."""
+    return [cls for cls in TERMS.values() if config.reward.get(cls.coef_name(), 0.0)]
+
+
+def term_keys() -> set[str]:
+    """Every config.reward key a registered term owns: its coefficient's and its `keys`."""
+    return {k for cls in TERMS.values() for k in (cls.coef_name(), *cls.keys)}
+
+
 def make_terms(config, reward_cfg, ctx: BuildContext) -> list[Term]:
     """The terms with a non-zero coefficient, in registration order."""
-    return [cls(config, reward_cfg, ctx) for name, cls in TERMS.items() if config.reward.get(f"{name}_coef", 0.0)]
+    return [cls(config, reward_cfg, ctx) for cls in active_terms(config)]
 
 
 @term("exploration")
@@ -120,3 +152,43 @@ class Usefulness(Term):
         return usefulness_bonuses(lambda ctx, tgt: diagnostics.mean_nll(policy, ctx, tgt, tok), batch.prompt_ids,
                                   groups,
                                   lambda b, y: diagnostics.example_context(tok, batch.records[b], tok.decode(y)))
+
+
+def completion_lengths(batch: TermBatch) -> np.ndarray:
+    """(B, G) completion tokens of each rollout, the end token included."""
+    return np.asarray([len(c) for c in batch.completions], np.float32).reshape(-1, batch.group_size)
+
+
+@term("overlong")
+class Overlong(Term):
+    """DAPO's soft overlong penalty (`rubric_jax.rewards.shaping.overlong_penalty`): 0 up to
+    max_completion_len - reward.overlong_buffer tokens, then falling linearly to -1 at the cap, and -1 for a
+    completion cut there; added unstandardised, times reward.overlong_penalty. bonus/overlong logs the mean."""
+
+    coef_key = "overlong_penalty"
+    keys = ("overlong_buffer",)
+    standardise = False
+
+    @staticmethod
+    def validate(config) -> None:
+        buf, cap = config.reward.get("overlong_buffer", 0), config.max_completion_len
+        if not (isinstance(buf, int) and 0 < buf <= cap):
+            raise ConfigError(f"config.reward.overlong_buffer={buf!r}: the penalty ramps over the last buffer tokens "
+                              f"before max_completion_len={cap}: an integer in [1, {cap}]")
+
+    def bonus(self, batch: TermBatch) -> np.ndarray:
+        eos = set(self.ctx.tokenizer.eos_ids)
+        cut = np.asarray([not any(t in eos for t in c) for c in batch.completions]).reshape(-1, batch.group_size)
+        return np.asarray(shaping.overlong_penalty(completion_lengths(batch), cut, self.config.max_completion_len,
+                                                   int(self.config.reward.overlong_buffer)))
+
+
+@term("length_control")
+class LengthControl(Term):
+    """The length-controlled reward, r_i - coef * (within-group standardised log length): for runs whose
+    audit (judge/length_corr) shows the judge rewarding length. coef is reward.length_control."""
+
+    coef_key = "length_control"
+
+    def bonus(self, batch: TermBatch) -> np.ndarray:
+        return -np.log(np.maximum(completion_lengths(batch), 1.0))

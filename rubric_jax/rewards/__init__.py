@@ -43,8 +43,10 @@ from rubric_jax.rewards.pacing import (
 from rubric_jax.rewards.judge_health import (
     invalid_fraction,
     order_agreement,
+    first_position_rate_flat,
     position_bias,
     position_bias_flat,
+    saturation,
     verdict_entropy,
 )
 from rubric_jax.rewards.listwise import listwise_preferences, listwise_scores, listwise_win_rates, presentation_orders
@@ -116,8 +118,10 @@ __all__ = [
     "presentation_orders",
     "permute_order",
     "plateaued",
+    "first_position_rate_flat",
     "position_bias",
     "position_bias_flat",
+    "saturation",
     "random_projection",
     "rare_reward",
     "replacement_budget",

@@ -50,6 +50,28 @@ def position_bias_flat(p_first_n: jnp.ndarray, valid_n: jnp.ndarray | None = Non
     return jnp.where(n > 0, jnp.sum(jnp.where(v, p, 0.0)) / jnp.maximum(n, 1), 0.5)
 
 
+def first_position_rate_flat(p_first_n: jnp.ndarray, valid_n: jnp.ndarray | None = None) -> jnp.ndarray:
+    """Share of valid verdicts that pick the first-presented response (P(first) > 1/2; exactly 1/2 counts
+    half). Every pair is judged in both orders, so a judge without a position preference scores 1/2 whatever
+    the responses' quality: the rate is the audit's discrete reading of `position_bias` (0.5 if none valid)."""
+    p = _as_float(p_first_n)
+    v = jnp.ones(p.shape, dtype=bool) if valid_n is None else jnp.asarray(valid_n, dtype=bool)
+    pick = jnp.where(p > 0.5, 1.0, jnp.where(p == 0.5, 0.5, 0.0))
+    n = jnp.sum(v)
+    return jnp.where(n > 0, jnp.sum(jnp.where(v, pick, 0.0)) / jnp.maximum(n, 1), 0.5)
+
+
+def saturation(s_gc: jnp.ndarray, valid_gc: jnp.ndarray, max_c: jnp.ndarray) -> jnp.ndarray:
+    """Share of valid pointwise scores at the top of their criterion's scale (the score rounds to m_c): a
+    criterion every rollout maxes out gives no within-group signal (RARE replaces such criteria). 0 if none
+    valid."""
+    s = _as_float(s_gc)
+    top = jnp.round(s) >= jnp.asarray(max_c, s.dtype)
+    v = jnp.asarray(valid_gc, bool)
+    n = jnp.sum(v)
+    return jnp.where(n > 0, jnp.sum(top & v) / jnp.maximum(n, 1), 0.0)
+
+
 def order_agreement(p_first_ggc: jnp.ndarray, pair_mask_gg: jnp.ndarray | None = None) -> jnp.ndarray:
     """Fraction of judged pairs whose two presentation orders name the same winner.
 

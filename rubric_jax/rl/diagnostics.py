@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rubric_jax.rewards import shaping
 from rubric_jax.rl.policy import RolloutBatch
 from rubric_jax.sampling import left_pad
 
@@ -314,6 +315,17 @@ def completion_rows(out, prompts: Sequence[str], texts: Sequence[str], tokenizer
             "foreign": np.asarray(foreign, np.float64), "empty": np.asarray([not t.strip() for t in texts], bool),
             "entropy_sum": (out.entropy * cmask).sum(axis=1).astype(np.float64),
             "tokens": cmask.sum(axis=1).astype(np.int64), **rollout_text_rows(groups)}
+
+
+def length_audit(lengths: np.ndarray, reward_bg: np.ndarray) -> dict[str, float]:
+    """judge/length_corr: Spearman's correlation of the method's reward (before reward terms) with completion
+    length within each group, averaged over the groups where neither is constant (no key when there is none).
+    Near 0 is what a judge that ignores length gives; a steady positive value is a verbosity bias, which
+    reward.length_control can take out. lengths: (B*G,) in the rewards' row order; reward_bg: (B, G)."""
+    r = np.asarray(reward_bg, np.float32)
+    corr, ok = shaping.rank_corr(r, np.asarray(lengths, np.float32).reshape(r.shape))
+    ok = np.asarray(ok)
+    return {"judge/length_corr": float(np.asarray(corr)[ok].mean())} if ok.any() else {}
 
 
 def completion_metrics(rows: dict[str, np.ndarray]) -> dict[str, float]:

@@ -27,7 +27,8 @@ from rubric_jax.config_checks import choice as _choice, fail as _fail
 from rubric_jax.config_checks import integer as _int, number as _num, section as _section
 from rubric_jax.errors import did_you_mean
 from rubric_jax.rewards.group import ADVANTAGE_KINDS
-from rubric_jax.rl.losses import AGGREGATIONS, LossConfig
+from rubric_jax.rewards.shaping import NORMALISE
+from rubric_jax.rl.losses import AGGREGATIONS, IMPORTANCE, OBJECTIVES, LossConfig
 from rubric_jax.rl.policy import FINETUNE_MODES
 from rubric_jax.rl.shapes import PROMPT_WIDTHS
 
@@ -72,11 +73,13 @@ def check(config) -> dict[str, Any]:
 
     _choice(config, "loss.advantage", ADVANTAGE_KINDS)
     _choice(config, "loss.aggregation", AGGREGATIONS)
-    _num(config, "loss.eps_low", lambda v: 0 <= v < 1, "must be in [0, 1)")
+    _num(config, "loss.eps_low", lambda v: 0 <= v <= 1, "must be in [0, 1] (1: no lower clip, ratios are >= 0)")
     _num(config, "loss.eps_high", lambda v: v >= 0, "must be >= 0")
     _num(config, "loss.dual_clip", lambda v: v == 0 or v > 1, "must be 0 (off) or > 1")
     _num(config, "loss.kl_coef", lambda v: v >= 0, "must be >= 0")
     _choice(config, "loss.kl_kind", KL_KINDS)
+    _choice(config, "loss.importance", IMPORTANCE)
+    _choice(config, "loss.objective", OBJECTIVES)
     _int(config, "loss.num_iterations", 1)
     _int(config, "loss.micro_batch_size", 1)
     _int(config, "loss.max_bad_steps", 0)
@@ -211,10 +214,13 @@ def _sections(config) -> dict[str, Any]:
     from rubric_jax.rl.reward import judge_config, reward_config  # noqa: PLC0415
     from rubric_jax import methods  # noqa: PLC0415
     from rubric_jax.judge.pairings import PAIRINGS  # noqa: PLC0415
-    from rubric_jax.methods.terms import TERMS  # noqa: PLC0415
+    from rubric_jax.methods.terms import active_terms, term_keys  # noqa: PLC0415
 
     _choice(config, "reward.method", methods.method_choices())
-    out = {"reward": _section(config, "reward", lambda: reward_config(config, TERMS))}
+    _choice(config, "reward.normalise", NORMALISE)
+    out = {"reward": _section(config, "reward", lambda: reward_config(config, term_keys()))}
+    for cls in active_terms(config):
+        cls.validate(config)
     _choice(config, "judge.comparison", COMPARISONS)
     _choice(config, "judge.pairing", PAIRINGS)
     out["judge"] = _section(config, "judge", lambda: judge_config(config))
@@ -236,7 +242,8 @@ def _sections(config) -> dict[str, Any]:
     out["loss"] = LossConfig(aggregation=config.loss.aggregation, eps_low=config.loss.eps_low,
                              eps_high=config.loss.eps_high, dual_clip=config.loss.dual_clip or None,
                              kl_coef=config.loss.kl_coef, kl_kind=config.loss.kl_kind,
-                             max_completion_len=config.max_completion_len)  # each field checked in `check`
+                             max_completion_len=config.max_completion_len, importance=config.loss.importance,
+                             objective=config.loss.objective, mask_truncated=bool(config.loss.mask_truncated))  # each field checked in `check`
     out["dynamic"] = _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
     out["pacing"] = None
     if config.reward.pacing != "fixed":

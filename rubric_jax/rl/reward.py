@@ -27,6 +27,7 @@ from flax import nnx
 from rubric_jax import rewards as R
 from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.rewards.pacing import PACING_MODES
+from rubric_jax.rewards.shaping import NORMALISE, criterion_shares, per_criterion_reward
 from rubric_jax.judge.common import JudgeConfig
 from rubric_jax.rubrics import Criterion, Rubric
 
@@ -49,6 +50,9 @@ class RewardConfig:
     # fixed (every `interval` steps) | auto (held-out plateau; rubric_jax.rewards.pacing) | monitor (fixed
     # schedule, held-out readings logged as in auto)
     pacing: str = "fixed"
+    # sum (the weighted sum of the criteria's rewards) | per_criterion (each criterion standardised within its
+    # group first: rubric_jax.rewards.shaping.per_criterion_reward)
+    normalise: str = "sum"
 
     def __post_init__(self):
         # which names exist is the method registry's to say (rubric_jax.methods.method_choices; preflight.check)
@@ -71,6 +75,8 @@ class RewardConfig:
             raise ValueError("reward.dropout_q applies to all-criteria runs (Dropout RaR); set curriculum=False")
         if self.interval < 1:
             raise ValueError(f"reward.interval must be >= 1, got {self.interval}")
+        if self.normalise not in NORMALISE:
+            raise ValueError(f"reward.normalise must be one of {NORMALISE}, got {self.normalise!r}")
         if self.pacing not in PACING_MODES:
             raise ValueError(f"reward.pacing must be one of {PACING_MODES}, got {self.pacing!r}")
         if self.pacing != "fixed" and not (self.curriculum and self.method in ("pairwise", "absolute")):
@@ -78,18 +84,18 @@ class RewardConfig:
                              "and reward.method pairwise or absolute")
 
 
-def reward_config(config, term_names=()) -> RewardConfig:
-    """RewardConfig from config.reward. A key RewardConfig does not declare must be a registered reward term's
-    coefficient, reward.<term>_coef (`term_names`: rubric_jax.methods.terms.TERMS); the terms read those."""
+def reward_config(config, term_keys=()) -> RewardConfig:
+    """RewardConfig from config.reward. A key RewardConfig does not declare must be one a registered reward term
+    owns (`term_keys`: rubric_jax.methods.terms.term_keys(), its coefficient reward.<term>_coef and its own
+    settings); the terms read those."""
     fields = {f.name for f in dataclasses.fields(RewardConfig)}
     values = config.reward.to_dict()
     if values.pop("judging", None) is not None:  # preflight.check moves it first (config_checks.apply_renames)
         raise ValueError("reward.judging is the old name of reward.method: set reward.method")
-    unknown = sorted(k for k in values if k not in fields and not (k.endswith("_coef")
-                                                                     and k.removesuffix("_coef") in term_names))
+    unknown = sorted(k for k in values if k not in fields and k not in term_keys)
     if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}: a reward term's weight is reward.<term>_coef for a "
-                         f"registered term ({sorted(term_names)})")
+        raise ValueError(f"unknown setting(s) {unknown}: a reward term's settings are the keys it registers "
+                         f"({sorted(term_keys)})")
     return RewardConfig(**{k: v for k, v in values.items() if k in fields})
 
 
@@ -131,24 +137,49 @@ def step_weights(step: int, num_criteria: int, cfg: RewardConfig, key) -> np.nda
     return np.asarray(w, np.float32)
 
 
-def group_rewards(results, lambdas, judging: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def group_rewards(results, lambdas, judging: str, normalise: str = "sum") -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Verdicts to rewards, the one place every caller turns a judge's results into rewards: per group,
     (r (G,), the per-criterion signal (G, C)) with that group's weights lambda (C,).
 
       pairwise (pairwise or listwise results)   r_i = sum_c lambda_c w_ic, signal w (win rates; RcRL eq. 1)
       absolute (pointwise results)               r_i = sum_c lambda_c v_ic s_ic / m_c, signal s / m in [0, 1]
 
-    (v: the score was readable; docs/method.md sections 1-2; rubric_jax.rewards holds the formulas)."""
+    (v: the score was readable; docs/method.md sections 1-2; rubric_jax.rewards holds the formulas).
+    normalise "per_criterion": r_i = sum_c lambda_c z_ic, each criterion's term (w_ic, or v_ic s_ic / m_c)
+    standardised within the group first (`rubric_jax.rewards.shaping.per_criterion_reward`)."""
     rewards, signal = [], []
     for res, lam in zip(results, lambdas):
         if judging == "pairwise":
             w_gc = np.asarray(res.win_rates)
-            rewards.append(np.asarray(RC.pairwise_reward(w_gc, lam)))
+            r = RC.pairwise_reward(w_gc, lam) if normalise == "sum" else per_criterion_reward(w_gc, lam)
             signal.append(w_gc)
         else:
-            rewards.append(np.asarray(RC.absolute_reward(res.scores, res.max_points, lam, res.valid)))
-            signal.append(np.asarray(RC.normalised_scores(res.scores, res.max_points)))
+            x_gc = np.asarray(RC.normalised_scores(res.scores, res.max_points))
+            r = (RC.absolute_reward(res.scores, res.max_points, lam, res.valid) if normalise == "sum" else
+                 per_criterion_reward(np.where(res.valid, x_gc, 0.0), lam))
+            signal.append(x_gc)
+        rewards.append(np.asarray(r))
     return rewards, signal
+
+
+def criterion_metrics(ids: Sequence[str], x_bgc: Sequence[np.ndarray], lams: Sequence[np.ndarray],
+                      normalise: str) -> dict[str, float]:
+    """reward/criterion/<id>: criterion id's mean reward (win rate or normalised score) and
+    adv/criterion_share/<id>: its mean share of the advantage's movement (`rewards.shaping.criterion_shares`),
+    over the groups that judge it. ids[b]: group b's criterion ids, x_bgc[b] (G, C_b), lams[b] (C_b,)."""
+    sums: dict[str, list[float]] = {}
+    for names, x, lam in zip(ids, x_bgc, lams):
+        shares = np.asarray(criterion_shares(x, lam, normalise))
+        for c, name in enumerate(names):
+            acc = sums.setdefault(name, [0.0, 0.0, 0])
+            acc[0] += float(np.mean(x[:, c]))
+            acc[1] += float(shares[c])
+            acc[2] += 1
+    out = {}
+    for name, (r, share, n) in sums.items():
+        out[f"reward/criterion/{name}"] = r / n
+        out[f"adv/criterion_share/{name}"] = share / n
+    return out
 
 
 def _judged(judge, prompts, responses, criteria, cfg: RewardConfig, seed: int, group_ids):
@@ -175,7 +206,7 @@ def judge_rewards(judge, prompts: Sequence[str], responses: Sequence[Sequence[st
     b, g = len(prompts), len(responses[0])
     per_c = np.zeros((b, g, len(criteria)), np.float32)
     results = _judged(judge, prompts, responses, crit, cfg, seed, group_ids)
-    rows, signal = group_rewards(results, [lam] * len(results), cfg.method)
+    rows, signal = group_rewards(results, [lam] * len(results), cfg.method, cfg.normalise)
     for bi, sig in enumerate(signal):
         per_c[bi][:, active] = sig
     health = [dict(res.metrics) for res in results]
@@ -195,11 +226,13 @@ def judge_rewards_per_prompt(judge, prompts: Sequence[str], responses: Sequence[
     given, reads the judge's per-group results for the log (rows["observed"]); it cannot change the rewards."""
     crits = [list(r.criteria) for r in rubrics]
     results = _judged(judge, prompts, responses, crits, cfg, seed, group_ids)
-    rewards, per_c = group_rewards(results, [RC.all_active_weights(len(cs)) for cs in crits], cfg.method)
+    lams = [np.asarray(RC.all_active_weights(len(cs))) for cs in crits]
+    rewards, per_c = group_rewards(results, lams, cfg.method, cfg.normalise)
     # the spread of win rates (pairwise: they average 1/2) or the mean normalised score (absolute)
     signal = [float(np.abs(x - 0.5).mean()) if cfg.method == "pairwise" else float(x.mean()) for x in per_c]
     rows = {"signal": np.asarray(signal, np.float32), "criteria": np.asarray([len(c) for c in crits], np.int32),
-            "health": [dict(res.metrics) for res in results]}
+            "health": [dict(res.metrics) for res in results],
+            "per_criterion": [{"ids": [c.id for c in cs], "x": x, "lam": lam} for cs, x, lam in zip(crits, per_c, lams)]}
     if observe is not None:
         rows["observed"] = observe(results)
     return np.stack(rewards).astype(np.float32), rows
@@ -209,6 +242,8 @@ def per_prompt_metrics(rows: dict[str, Any], cfg: RewardConfig) -> dict[str, flo
     """Figures of `judge_rewards_per_prompt` rows (one process' or pooled)."""
     name = "score/mean" if cfg.method == "absolute" else "win_rate_spread/mean"
     metrics = {name: float(rows["signal"].mean()), "active_criteria": float(rows["criteria"].mean())}
+    pc = rows.get("per_criterion", [])
+    metrics |= criterion_metrics([p["ids"] for p in pc], [p["x"] for p in pc], [p["lam"] for p in pc], cfg.normalise)
     return metrics | health_metrics(rows["health"])
 
 
@@ -216,8 +251,8 @@ def health_metrics(health: Sequence[dict]) -> dict[str, float]:
     """judge/<figure>: each judge health figure averaged over the groups that report it."""
     out = {}
     # the last two come from listwise judging (rubric_jax.judge.listwise)
-    for k in ("position_bias", "invalid_fraction", "verdict_entropy", "order_agreement", "spread_logit",
-              "spread_sign", "spread_hard", "top_agreement", "position_spread"):
+    for k in ("position_bias", "first_position_rate", "saturation", "invalid_fraction", "verdict_entropy",
+              "order_agreement", "spread_logit", "spread_sign", "spread_hard", "top_agreement", "position_spread"):
         vals = [h[k] for h in health if k in h]
         if vals:
             out[f"judge/{k}"] = float(np.mean(vals))
@@ -238,6 +273,10 @@ def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c
             metrics[f"win_rate_max/{criteria[ci].id}"] = float(per_c[:, :, ci].max(axis=1).mean())
         metrics[f"weight/{criteria[ci].id}"] = float(weights_c[ci])
     metrics["active_criteria"] = float(np.count_nonzero(weights_c > 0))
+    active = np.flatnonzero(weights_c > 0)
+    ids = [criteria[ci].id for ci in active]
+    metrics |= criterion_metrics([ids] * len(per_c), [g[:, active] for g in per_c], [weights_c[active]] * len(per_c),
+                                 cfg.normalise)
     return metrics | health_metrics(health)
 
 

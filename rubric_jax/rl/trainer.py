@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rubric_jax import progress as inner_progress
-from rubric_jax.rewards.compiled import advantages, standardise_in_group, zero_spread_mask
+from rubric_jax.rewards.compiled import advantages, zero_spread_mask
 from rubric_jax.methods import RewardBatch
 from rubric_jax.methods.base import checked
 from rubric_jax.methods.terms import TermBatch
@@ -294,16 +294,17 @@ def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, umet
         "prompt_truncated": float(np.mean(pooled["truncated"])),
     })
     metrics.update(diagnostics.completion_metrics(pooled["completion"]))
+    metrics.update(diagnostics.length_audit(pooled["completion"]["length"], pooled["judge_reward"]))
     return metrics
 
 
 def add_terms(setup: Setup, r_bg, batch: TermBatch, rows: dict[str, Any]) -> np.ndarray:
-    """Adds each reward term's bonus, standardised within its group (rubric_jax.methods.terms), to this process' rewards,
-    weighted by its coefficient; the raw bonuses go to `rows` (bonus_<name>)."""
+    """Adds each reward term's weighted bonus (`Term.weighted`: rubric_jax.methods.terms) to this process' rewards;
+    the raw bonuses go to `rows` (bonus_<name>)."""
     for term in setup.terms:
         bonus = term.bonus(batch)
         rows[f"bonus_{term.name}"] = bonus
-        r_bg = r_bg + term.coef * np.asarray(standardise_in_group(jnp.asarray(bonus)))
+        r_bg = r_bg + term.weighted(bonus)
     return r_bg
 
 

@@ -140,6 +140,9 @@ class Method(abc.ABC):
     `reward` (abstract: a subclass without it cannot be made) and override whatever else they need."""
 
     name = "?"
+    # the reward is a weighted sum of per-criterion rewards made by rubric_jax.rl.reward.group_rewards, so
+    # reward.normalise="per_criterion" applies to it (preflight refuses that setting for any other method)
+    sums_criteria = False
 
     def __init__(self, config, reward_cfg, criteria: Sequence[Any], default_rubric):
         self.config, self.reward_cfg = config, reward_cfg

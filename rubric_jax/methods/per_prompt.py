@@ -27,6 +27,7 @@ def load_store(default_rubric, source: str, records) -> RubricStore:
 
 @register("per_prompt")
 class PerPromptMethod(Method):
+    sums_criteria = True
 
     @staticmethod
     def validate(config) -> None:

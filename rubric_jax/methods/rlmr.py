@@ -199,6 +199,8 @@ class RlmrMethod(Method):
     """The writing reward (the judge over the config's rubric with all criteria active, a reward model, or none),
     the verifier's flags and their mix; groups where every rollout violates are dropped (penalty mix)."""
 
+    sums_criteria = True  # its writing reward, when judged on a rubric
+
     @staticmethod
     def validate(config) -> None:
         section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))

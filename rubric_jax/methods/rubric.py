@@ -30,6 +30,7 @@ from rubric_jax.rl.reward import judge_config, judge_metrics, judge_rewards, rea
 @register("rubric")
 class RubricMethod(Method):
     """Weights for the step from the schedule; rewards from the judge over the active criteria."""
+    sums_criteria = True
 
     def needs_judge(self) -> bool:
         return True

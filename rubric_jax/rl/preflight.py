@@ -255,4 +255,7 @@ def _sections(config) -> dict[str, Any]:
                                                          "curriculum: it needs rubric_source='config'")
     # the reward method's own section (rubric_jax.methods: each method's `validate`)
     methods.get(methods.method_name(config)).validate(config)
+    if config.reward.normalise != "sum" and not methods.get(methods.method_name(config)).sums_criteria:
+        _fail("reward.normalise", config.reward.normalise, f"reward.method={config.reward.method!r} does not sum "
+              "per-criterion rewards: per_criterion applies to pairwise, absolute and rlmr")
     return out

@@ -10,6 +10,8 @@ from rubric_jax.rl import trainer
 
 from conftest import load_config  # noqa: E402
 
+pytestmark = pytest.mark.slow  # training runs: the full suite only
+
 NEW = ("rcrl_gspo", "rcrl_per_criterion", "rcrl_overlong", "rcrl_length_control", "rlmr_cispo")
 
 

@@ -24,6 +24,10 @@ from conftest import ROOT, README_TRAIN, load_config
 from rubric_jax.rl.checkpoint import Checkpointer, DamagedCheckpointError
 from rubric_jax.rl.workdir import ResumeError, check_prompts, check_resume, latest_lora, latest_trained, run_record
 
+# every test reads a copy of the session's trained run, the README command (about 70 s on 2 cores): the quick
+# tier (-m "not slow") would wait for it
+pytestmark = pytest.mark.slow
+
 
 def _truncate(path):
     os.truncate(path, os.path.getsize(path) // 2)

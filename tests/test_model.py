@@ -225,9 +225,11 @@ def test_cached_chunks_equal_full_forward(tiny_qwen3_model):
     assert int(cache.index) == 24 and cache.lengths().tolist() == mask.sum(1).tolist()
 
 
+@pytest.mark.slow
 def test_per_layer_cache_writes_first_and_matches_the_stacked_cache(tiny_qwen3_model):
     """Decode over per-layer caches (the sampler's loop) writes each one-token step's keys into the cache
-    before attending (one key block); chunks and steps must give the stacked cache's logits and cache."""
+    before attending (one key block); chunks and steps must give the stacked cache's logits and cache.
+    Slow tier: 14 s on 2 cores, each chunk and step compiled on both cache layouts."""
     model = tiny_qwen3_model
     tokens, mask = _random_batch(151936, t=12, seed=7)  # row 1 starts at 7, row 2 is all padding
     mask[0, 9] = False  # a step whose token is padding after real ones: its slot stays invalid on both paths

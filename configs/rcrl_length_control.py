@@ -3,7 +3,7 @@ within its group, for runs whose judge-bias audit shows the judge paying for len
 
 Every run logs judge/length_corr, the within-group rank correlation of the judge's reward with completion length
 (evals.curves plots it in the "judge audit" panel). A steady positive value is a verbosity bias; this term takes
-out the reward's length trend at rate reward.length_control (rubric_jax.rewards.shaping.length_controlled).
+out the reward's length trend at rate reward.length_control (the reward term `length_control`, rubric_jax.methods.terms).
 Everything else is configs/rcrl.py's.
 
   python -m rubric_jax.main --config=configs/rcrl_length_control.py --workdir=/tmp/rcrl_lc --config.model=/ckpt/Qwen3-4B

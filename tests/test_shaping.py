@@ -13,6 +13,7 @@ from rubric_jax.rewards import shaping
 from rubric_jax.rewards.group import advantages
 from rubric_jax.rewards.judge_health import first_position_rate_flat, saturation
 from rubric_jax.rl.diagnostics import length_audit
+from rubric_jax.rl.policy import RolloutBatch
 from rubric_jax.rl.reward import criterion_metrics, group_rewards
 
 # one group of 6 rollouts, two criteria: the win rates of "wide" have 100 times the variance of "narrow"'s (std
@@ -95,7 +96,10 @@ def test_length_control_removes_a_planted_length_bias():
     biased = quality + 0.8 * z  # a judge that pays for length
     corr = lambda r: np.asarray(shaping.rank_corr(r, lengths)[0]).mean()
     assert corr(biased) > 0.5
-    controlled = np.asarray(shaping.length_controlled(biased, lengths, 0.8))
+    cfg = ConfigDict(dict(reward=dict(length_control=0.8)))
+    term = terms.LengthControl(cfg, None, SimpleNamespace(tokenizer=SimpleNamespace(eos_ids=[0])))
+    batch = _term_batch([[5] * int(n) for n in lengths.ravel()], 8)
+    controlled = biased + term.weighted(term.bonus(batch))
     np.testing.assert_allclose(controlled, quality, atol=1e-4)
     assert abs(corr(controlled) - corr(quality)) < 1e-6 and abs(corr(controlled)) < 0.1
 
@@ -129,7 +133,17 @@ def test_first_position_rate_and_saturation_by_hand():
 
 
 def _term_batch(completions, group_size):
-    return terms.TermBatch(records=[], rollouts=None, prompt_ids=[], completions=completions, group_size=group_size)
+    """A TermBatch of these completions after a one-token prompt, laid out as the trainer's rollouts."""
+    width = max(len(c) for c in completions)
+    comp = np.zeros((len(completions), width), np.int32)
+    cmask = np.zeros((len(completions), width), bool)
+    for i, c in enumerate(completions):
+        comp[i, :len(c)], cmask[i, :len(c)] = c, True
+    rollouts = RolloutBatch(tokens_bt=np.concatenate([np.ones((len(completions), 1), np.int32), comp], 1),
+                            mask_bt=np.concatenate([np.ones((len(completions), 1), bool), cmask], 1), prompt_len=1,
+                            completion_mask_bt=cmask, adv_b=np.zeros(len(completions), np.float32))
+    return terms.TermBatch(records=[], rollouts=rollouts, prompt_ids=[], completions=completions,
+                           group_size=group_size)
 
 
 def test_overlong_term_is_added_unstandardised_and_length_control_standardised():

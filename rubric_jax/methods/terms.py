@@ -27,6 +27,7 @@ from rubric_jax.methods.base import BuildContext
 from rubric_jax.rewards import shaping
 from rubric_jax.rewards.compiled import standardise_in_group  # one compiled program per shape
 from rubric_jax.rl import diagnostics
+from rubric_jax.rl.policy import truncated_rows
 from rubric_jax.rl.reward import exploration_bonuses, exploration_projection, usefulness_bonuses
 
 TERMS: dict[str, type["Term"]] = {}
@@ -177,16 +178,17 @@ class Overlong(Term):
                               f"before max_completion_len={cap}: an integer in [1, {cap}]")
 
     def bonus(self, batch: TermBatch) -> np.ndarray:
-        eos = set(self.ctx.tokenizer.eos_ids)
-        cut = np.asarray([not any(t in eos for t in c) for c in batch.completions]).reshape(-1, batch.group_size)
+        # the rows loss.mask_truncated leaves out of the loss, by the same rule
+        cut = truncated_rows(batch.rollouts, tuple(self.ctx.tokenizer.eos_ids)).reshape(-1, batch.group_size)
         return np.asarray(shaping.overlong_penalty(completion_lengths(batch), cut, self.config.max_completion_len,
                                                    int(self.config.reward.overlong_buffer)))
 
 
 @term("length_control")
 class LengthControl(Term):
-    """The length-controlled reward, r_i - coef * (within-group standardised log length): for runs whose
-    audit (judge/length_corr) shows the judge rewarding length. coef is reward.length_control."""
+    """The length-controlled reward, r_i - coef * (log L_i - mean_g log L) / std_g log L: for runs whose audit
+    (judge/length_corr) shows the judge rewarding length; coef is reward.length_control. The bonus is -log L,
+    standardised within the group and weighted like any term (`Term.weighted`)."""
 
     coef_key = "length_control"
 

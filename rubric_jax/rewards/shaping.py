@@ -4,7 +4,6 @@
   per_criterion_reward   GDPO-style: each criterion standardised within the group before the weighted sum
   criterion_shares       how much of a group's advantage each criterion moves
   overlong_penalty       DAPO's soft penalty over the last `buffer` tokens before the length cap
-  length_controlled      the reward minus coef x the within-group standardised log length
   rank_corr              within-group Spearman correlation (judge/length_corr)
 """
 
@@ -14,8 +13,8 @@ import jax.numpy as jnp
 
 from rubric_jax.rewards.group import standardise_in_group
 
-__all__ = ["NORMALISE", "per_criterion_reward", "criterion_shares", "overlong_penalty", "length_controlled",
-           "ranks", "rank_corr"]
+__all__ = ["NORMALISE", "per_criterion_reward", "criterion_shares", "overlong_penalty", "ranks",
+           "rank_corr"]
 
 NORMALISE = ("sum", "per_criterion")
 
@@ -65,13 +64,6 @@ def overlong_penalty(lengths: jnp.ndarray, truncated: jnp.ndarray, cap: int, buf
     n = jnp.asarray(lengths, jnp.float32)
     ramp = jnp.minimum((cap - buffer - n) / buffer, 0.0)
     return jnp.where(jnp.asarray(truncated, bool), -1.0, jnp.maximum(ramp, -1.0))
-
-
-def length_controlled(r_bg: jnp.ndarray, lengths_bg: jnp.ndarray, coef: float) -> jnp.ndarray:
-    """r_i - coef * (log L_i - mean_g log L) / std_g log L: removes the part of a reward that tracks length
-    within the group (a judge's verbosity bias) at rate coef. Lengths are clipped to >= 1 token."""
-    log_len = jnp.log(jnp.maximum(jnp.asarray(lengths_bg, jnp.float32), 1.0))
-    return jnp.asarray(r_bg, jnp.float32) - coef * standardise_in_group(log_len)
 
 
 def ranks(x_g: jnp.ndarray) -> jnp.ndarray:

@@ -10,7 +10,7 @@ How an in-process model scores (`mode`):
   logit     the expected score under the judge's next-token distribution over the allowed scores, renormalised
             (smooth, never unreadable unless they hold less than `min_mass` of the probability); a scale past
             9 (0-10, 0-20) is read digit by digit, one more lane per leading digit of a two-digit score
-            (rubric_jax.judge.pointwise.two_digit_probs; tokenizers that split numbers into digits only);
+            (rubric_jax.judge.pointwise_judging.two_digit_probs; tokenizers that split numbers into digits only);
   hard      the most probable allowed score;
   generate  the judge writes a short rationale and a "Score: N" line, which is parsed;
   auto      (default) logit where every criterion's scale fits single-digit tokens (max_points <= 9), generate

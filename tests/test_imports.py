@@ -87,3 +87,40 @@ def test_no_import_circles():
     assert len(graph) > 100 and "rubric_jax.rl.trainer" in graph["rubric_jax.main"] | {
         d for m in graph["rubric_jax.main"] for d in graph[m]}  # the graph is read, not empty
     assert cycles(graph) == []
+
+
+def shadowed_names(packages=("rubric_jax", "evals")) -> list[str]:
+    """`pkg.name` for every name a package's __init__ binds by importing it from elsewhere while the package
+    also has a submodule of that name: the first import of the submodule (a lazy one, deep in a call)
+    replaces the package's attribute with the module, so the name works until then and fails after."""
+    out = []
+    for pkg in packages:
+        for dirpath, _, files in os.walk(os.path.join(ROOT, pkg)):
+            if "__init__.py" not in files:
+                continue
+            package = os.path.relpath(dirpath, ROOT).replace(os.sep, ".")
+            subs = {f[:-3] for f in files if f.endswith(".py")} | {
+                d for d in os.listdir(dirpath) if os.path.isfile(os.path.join(dirpath, d, "__init__.py"))}
+            with open(os.path.join(dirpath, "__init__.py"), encoding="utf-8") as fh:
+                tree = ast.parse(fh.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module != package and node.level == 0:
+                    out += [f"{package}.{a.asname or a.name}" for a in node.names
+                            if (a.asname or a.name) in subs and f"{node.module}.{a.name}" != f"{package}.{a.name}"]
+    return out
+
+
+def test_the_finder_finds_a_name_shadowed_by_its_submodule(tmp_path, monkeypatch):
+    pkg = tmp_path / "demo"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from demo.engine import pairwise\nfrom demo import helpers\n")
+    for name in ("engine", "pairwise", "helpers"):
+        (pkg / f"{name}.py").write_text("")
+    monkeypatch.setattr(__import__(__name__), "ROOT", str(tmp_path))
+    assert shadowed_names(("demo",)) == ["demo.pairwise"]
+
+
+def test_no_public_name_is_shadowed_by_a_submodule():
+    """rubric_jax.judge.pairwise (the README's function) was replaced by its submodule judge/pairwise.py on the
+    engine's first lazy import of it: the README's second call raised 'module' object is not callable."""
+    assert shadowed_names() == []

@@ -424,7 +424,7 @@ class Judge:
         are non-negative ints, each prompt's global index (e.g. in the step's batch over all processes);
         default range(len(prompts)). Unused by the static pairings.
         """
-        from rubric_jax.judge.pairwise import pairwise_batch  # noqa: PLC0415 (it imports this module's names)
+        from rubric_jax.judge.pairwise_judging import pairwise_batch  # noqa: PLC0415 (it imports this module's names)
 
         return pairwise_batch(self, prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
                               sharing=sharing, group_ids=group_ids)
@@ -447,8 +447,8 @@ class Judge:
 
     def pointwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
                         mode: str | None = None, sharing: str | None = None, seed: int = 0) -> list[PointwiseResult]:
-        """Scores several prompts' groups together (`rubric_jax.judge.pointwise.pointwise_batch`)."""
-        from rubric_jax.judge.pointwise import pointwise_batch  # noqa: PLC0415 (it imports this module's names)
+        """Scores several prompts' groups together (`rubric_jax.judge.pointwise_judging.pointwise_batch`)."""
+        from rubric_jax.judge.pointwise_judging import pointwise_batch  # noqa: PLC0415 (it imports this module's names)
 
         return pointwise_batch(self, prompts, responses, criteria, mode=mode, sharing=sharing, seed=seed)
 

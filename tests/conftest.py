@@ -26,6 +26,15 @@ TEST_JAX_CACHE = os.environ.setdefault(
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
+# The suite's programs are small and each is compiled once or twice, so most of its CPU time went to LLVM
+# optimising them (test_shapes.py: 81 s -> 56 s without it, the same results). JAX's switch for that is on for
+# every process of the session (subprocesses inherit it); a module whose programs run long enough to repay the
+# optimisation (the real SmolLM2's sampling, judging and updating) sets XLA_OPTIMIZED = True and gets XLA's
+# defaults, in process and in the subprocesses it starts (_xla_optimisation below). Measured over the whole
+# suite, 2 cores: 2467 CPU-seconds with every program optimised, 2130 with none.
+os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+TEST_XLA_FAST_COMPILE = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"]
+
 # Likewise one converted copy of the embedded GGUF model (rubric_jax.models.gguf_cache) for the session: read
 # from the GGUF file once, then by every test and subprocess as a safetensors directory. Never the user's
 # ~/.cache, so a run starts from the GGUF file as a new user's would.
@@ -53,6 +62,36 @@ def pytest_collection_modifyitems(config, items):
     if heavy:
         config.hook.pytest_deselected(items=heavy)
         items[:] = [it for it in items if not it.get_closest_marker("heavy")]
+
+
+# The suite's files that take longest, longest first (CPU seconds per file, full suite on 2 cores, 2026-12-07:
+# test_trainer 129, test_rare_configs 100, ... down to 14 s; the rest take less). xdist gives whole files
+# (--dist loadfile) to its two workers in collection order; handing out the longest first leaves the short
+# files to even out the end, where a long file started last kept one worker busy while the other sat idle.
+# xdist's own reordering (by number of tests, not time) is turned off for this. A new file that takes
+# long belongs in this list; one left out only runs later.
+LONGEST_FILES = (
+    "test_trainer", "test_rare_configs", "test_checkpoint_damage", "test_forward", "test_rlmr_training",
+    "test_rare_writer", "test_sampler", "test_full_finetune", "test_shapes", "test_smollm2", "test_judge",
+    "test_main_job", "test_gpu_check", "test_policy", "test_evals_run", "test_model", "test_memory_benchmark",
+    "test_run_start", "test_rler", "test_pacing", "test_rare_task_revision", "test_constrained",
+    "test_judge_forward", "test_gguf_cache", "test_openai_client", "test_peer_switches", "test_learn_ifeval_judged",
+    "test_losses", "test_evals_elements", "test_evals_gv_gap", "test_forward_plan", "test_export",
+    "test_evals_rubric_score", "test_evals_fixed_rubric", "test_listwise", "test_qwen2", "test_learn_rcrl",
+    "test_rare_remote_scorer", "test_workdir")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # LONGEST_FILES decides the order instead
+    config.pluginmanager.register(_LongestFilesFirst(), "longest_files_first")
+
+
+class _LongestFilesFirst:
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+        items.sort(key=lambda it: rank.get(it.path.stem, len(rank)))  # stable: the rest keep their order
 
 
 def shared_once(tmp_path_factory, name, build):
@@ -92,6 +131,24 @@ def _release_compiled_programs():
     gc.collect()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _xla_optimisation(request):
+    """XLA's full optimisation for the modules that ask for it (module attribute XLA_OPTIMIZED = True), the
+    session's fast compiles for the rest (TEST_XLA_FAST_COMPILE above): in this process through jax.config,
+    in the subprocesses the module starts through the environment. Compiled programs are cached per setting
+    (the setting is part of the persistent cache's key), so the two never mix."""
+    import jax
+
+    def use(setting):  # read as jax reads the variable (jax._src.config.bool_env)
+        os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = setting
+        jax.config.update("jax_disable_most_optimizations", setting.lower() in ("y", "yes", "t", "true", "on", "1"))
+
+    before = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"]
+    use("0" if getattr(request.module, "XLA_OPTIMIZED", False) else TEST_XLA_FAST_COMPILE)
+    yield
+    use(before)
+
+
 QWEN_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -114,7 +171,8 @@ def trained_workdir(tmp_path_factory):
     def build(d):
         wd = os.path.join(d, "run")
         p = subprocess.run([sys.executable, *README_TRAIN, f"--workdir={wd}"], cwd=ROOT, capture_output=True,
-                           text=True, timeout=900, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                           text=True, timeout=900,
+                           env=dict(os.environ, PYTHONUNBUFFERED="1", JAX_DISABLE_MOST_OPTIMIZATIONS="0"))
         for name, text in (("stdout", p.stdout), ("stderr", p.stderr), ("returncode", str(p.returncode))):
             with open(os.path.join(d, name + ".txt"), "w", encoding="utf-8") as f:
                 f.write(text)

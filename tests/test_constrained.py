@@ -8,6 +8,8 @@ import pytest
 
 from rubric_jax.rare.constrained import _row_layout, constrained_decode, constrained_generate
 
+XLA_OPTIMIZED = True  # its grammar-constrained decoding runs many steps (conftest._xla_optimisation)
+
 NAME = {"type": "string", "minLength": 1, "maxLength": 24, "pattern": r"^[^\s<]"}
 SCHEMA_A = {
     "type": "object",

@@ -11,6 +11,8 @@ import pytest
 
 from evals.suites import elements as el
 
+XLA_OPTIMIZED = True  # its runs sample and judge for many steps (conftest._xla_optimisation)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

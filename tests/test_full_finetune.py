@@ -144,6 +144,8 @@ from rubric_jax.rl import trainer
 from rubric_jax.rl.policy import RolloutBatch
 from test_trainer import _tiny_run_config
 
+XLA_OPTIMIZED = True  # its updates touch every weight (conftest._xla_optimisation)
+
 setup = trainer.build(_tiny_run_config("rcrl", sys.argv[1], finetune="full", mesh="fsdp:2,tensor:2"))
 pol = setup.policy
 base = jax.tree.leaves(nnx.state(setup.base, nnx.Param))

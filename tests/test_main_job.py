@@ -11,13 +11,18 @@ import pytest
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.metrics import read_metrics
 
+XLA_OPTIMIZED = True  # the real SmolLM2 trains in it (conftest._xla_optimisation)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
-def test_main_trains_the_embedded_model_and_resumes(trained_workdir, tmp_path):
+def test_main_trains_the_embedded_model_and_resumes_past_a_damaged_checkpoint(trained_workdir, tmp_path):
     """The README's first command (tiny variant; the session's shared run, conftest.trained_workdir), then the
-    same command with more steps resumes it (on a copy). About 60 s on 2 cores: a real SmolLM2 step."""
+    same command with more steps on a copy whose checkpoint 2 lost half an array file: the resume sets it aside
+    with one warning line, restores checkpoint 1, runs step 1 again, logging what the uninterrupted run logged,
+    and goes on. About 50 s on 2 cores: two real SmolLM2 steps (compiled programs come from the shared cache)."""
+    import json
     import shutil
 
     from conftest import README_TRAIN
@@ -42,10 +47,22 @@ def test_main_trains_the_embedded_model_and_resumes(trained_workdir, tmp_path):
     # A typo in an override is an error, not a silent no-op (and fails before anything loads).
     p = subprocess.run(cmd + ["--config.stpes=3"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode != 0 and "stpes" in p.stderr
+    # what a full disk or an interrupted copy leaves: checkpoint 2's largest array file cut to half
+    data = os.path.join(resumed, "checkpoints", "2", "state", "ocdbt.process_0", "d")
+    largest = max((os.path.join(data, f) for f in os.listdir(data)), key=os.path.getsize)
+    os.truncate(largest, os.path.getsize(largest) // 2)
     p = subprocess.run(cmd + ["--config.steps=3"], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert "resumed from step 2" in p.stdout  # at the default verbosity, not only in the logs
-    m = read_metrics(resumed)
-    assert [r["step"] for r in m] == [0, 1, 2]
+    [line] = [ln for ln in p.stderr.splitlines() if "checkpoint step 2" in ln]
+    assert "OUT_OF_RANGE" in line and "using step 1" in line
+    assert "Traceback" not in p.stderr and "TensorStore" not in p.stderr
+    assert "resumed from step 1" in p.stdout  # at the default verbosity, not only in the logs
+    assert "2.damaged-1" in os.listdir(os.path.join(resumed, "checkpoints"))  # set aside, every file kept
+    read = lambda d: [json.loads(ln) for ln in open(os.path.join(d, "metrics.jsonl"))]  # as written
+    before, after = read(wd), read(resumed)
+    assert [r["step"] for r in after] == [0, 1, 2]
+    assert after[0] == before[0]  # kept as it was: the resume truncates only the steps it runs again
+    same = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}  # all but the wall clock
+    assert same(after[1]) == pytest.approx(same(before[1]), rel=1e-6, abs=1e-7)
     assert Checkpointer(resumed).latest_step() == 3
-    assert m[2]["time/compiles"] > 0 and m[2]["time/compile_cache_hits"] > 0  # loaded, not compiled again
+    assert after[1]["time/compiles"] > 0 and after[1]["time/compile_cache_hits"] > 0  # loaded, not compiled again

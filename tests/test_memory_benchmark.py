@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+XLA_OPTIMIZED = True  # its programs run at benchmark sizes (conftest._xla_optimisation)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes", "total_bytes")
 REMAT, ATTENTION, DEVICES = ("full",), ("chunked", "cudnn"), (1, 2)

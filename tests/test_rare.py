@@ -14,6 +14,8 @@ from rubric_jax.rare.store import RubricStore
 from rubric_jax.rare.writer import WriteOutcome
 from rubric_jax.rubrics import Criterion, Rubric
 
+XLA_OPTIMIZED = True  # its scoring runs over whole groups (conftest._xla_optimisation)
+
 
 def crit(cid, m, check, scoring="binary", polarity="positive"):
     levels = ("absent", "present") if scoring == "binary" else tuple(f"level {k}" for k in range(m + 1))

@@ -9,6 +9,8 @@ from rubric_jax.rl.checkpoint import Checkpointer
 
 from test_trainer import _tiny_run_config  # noqa: E402
 
+XLA_OPTIMIZED = True  # each config trains two steps (conftest._xla_optimisation)
+
 
 RARE_CONFIGS = ("rare", "rare_task", "mpo", "rler", "sample_static", "task_static", "instance_rubric")
 

@@ -15,6 +15,8 @@ from rubric_jax.rare.writer import (CUT_MARK, DIRECTION_TEXT, LocalWriter, Remot
                                     write)
 from rubric_jax.rubrics.types import Criterion, Rubric
 
+XLA_OPTIMIZED = True  # the real SmolLM2 writes criteria in it (conftest._xla_optimisation)
+
 QUERY = ("Write a short story (about 120 words) about a lighthouse keeper who finds a message in a bottle. "
          "Keep it hopeful and end with the keeper making a decision.")
 

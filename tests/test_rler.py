@@ -12,6 +12,8 @@ from rubric_jax.rare.scoring import GroupScores
 from rubric_jax.rare.writer import WriteOutcome
 from rubric_jax.rubrics import Criterion, Rubric
 
+XLA_OPTIMIZED = True  # its runs train several steps (conftest._xla_optimisation)
+
 
 def crit(cid, m, scoring="levels"):
     levels = ("absent", "present") if scoring == "binary" else tuple(f"{cid} level {k}" for k in range(m + 1))

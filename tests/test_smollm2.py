@@ -8,6 +8,8 @@ from conftest import torch_logits
 from rubric_jax import generate
 from rubric_jax.sampling import sample
 
+XLA_OPTIMIZED = True  # the real SmolLM2 runs in it (conftest._xla_optimisation)
+
 TEXT = ("The old lighthouse keeper climbed the stairs every evening, counting each step as his father had "
         "taught him, and at the top he wiped the salt from the glass before lighting the lamp.")
 

@@ -66,3 +66,12 @@ def test_heavy_tests_are_left_out_unless_asked_for():
         assert sorted(it.nodeid for it in items) == sorted(kept), markexpr
         assert config.stash[HEAVY_IDS] == ["big"]
         assert [it.nodeid for it in config.deselected] == ([] if "heavy" in markexpr else ["big"])
+
+
+def test_every_file_in_the_longest_first_order_exists():
+    """conftest.LONGEST_FILES orders xdist's files; a renamed or removed file would silently drop out of it."""
+    from conftest import LONGEST_FILES, ROOT
+
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
+    missing = [n for n in LONGEST_FILES if not os.path.exists(os.path.join(ROOT, "tests", n + ".py"))]
+    assert missing == []

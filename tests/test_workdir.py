@@ -10,6 +10,8 @@ import pytest
 from rubric_jax.rl.workdir import (apply_trained_lora, base_model_name, is_workdir, latest_lora, load_trained,
                                    run_config)
 
+XLA_OPTIMIZED = True  # the real SmolLM2 runs in it (conftest._xla_optimisation)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -529,31 +529,3 @@ def test_a_tokenizer_that_merges_digits_cannot_read_two_digit_scales(qwen_tokeni
     check_digit_by_digit(Merging(), ids, 13)
     with pytest.raises(VerdictTokenError, match="at most two digits"):
         check_digit_by_digit(Merging(), ids, 100)
-
-
-def _readme_block(heading):
-    """The first ```python block after `heading` in the README, as a user would paste it."""
-    import os
-
-    from conftest import ROOT
-
-    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    after = text[text.index("\n" + heading + "\n"):]
-    return after.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-@pytest.mark.slow
-def test_the_readmes_self_judging_example_runs_twice_in_one_process(tiny_qwen3_model, qwen_tokenizer):
-    """The README's "Self-judging" block, run as written, twice in one process: the second run once raised
-    "'module' object is not callable" (the engine's lazy import of a submodule named like the function replaced
-    the package's judge.pairwise)."""
-    from rubric_jax import judge, rubrics
-
-    block = _readme_block("## Self-judging")
-    c = len(rubrics.load_rubric("creative_writing").criteria)
-    for _ in range(2):
-        env = {"model": tiny_qwen3_model, "tok": qwen_tokenizer, "prompt": PROMPT, "responses": RESPONSES[:2]}
-        exec(block, env)
-        assert np.asarray(env["p"]).shape == (2, 2, c) and np.asarray(env["s"]).shape == (2, c)
-        np.testing.assert_allclose(np.asarray(env["p"]) + np.swapaxes(np.asarray(env["p"]), 0, 1), 1.0, atol=1e-6)
-        assert callable(judge.pairwise) and callable(judge.pointwise)

@@ -21,7 +21,7 @@ def test_main_trains_the_embedded_model_and_resumes_past_a_damaged_checkpoint(tr
     """The README's first command (tiny variant; the session's shared run, conftest.trained_workdir), then the
     same command with more steps on a copy whose checkpoint 2 lost half an array file: the resume sets it aside
     with one warning line, restores checkpoint 1, runs step 1 again, logging what the uninterrupted run logged,
-    and goes on. About 50 s on 2 cores: two real SmolLM2 steps (compiled programs come from the shared cache)."""
+    and saves checkpoint 2 anew. About 45 s on 2 cores: a real SmolLM2 step (programs from the shared cache)."""
     import json
     import shutil
 
@@ -51,7 +51,7 @@ def test_main_trains_the_embedded_model_and_resumes_past_a_damaged_checkpoint(tr
     data = os.path.join(resumed, "checkpoints", "2", "state", "ocdbt.process_0", "d")
     largest = max((os.path.join(data, f) for f in os.listdir(data)), key=os.path.getsize)
     os.truncate(largest, os.path.getsize(largest) // 2)
-    p = subprocess.run(cmd + ["--config.steps=3"], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+    p = subprocess.run(cmd + ["--config.steps=2"], cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     [line] = [ln for ln in p.stderr.splitlines() if "checkpoint step 2" in ln]
     assert "OUT_OF_RANGE" in line and "using step 1" in line
@@ -60,9 +60,9 @@ def test_main_trains_the_embedded_model_and_resumes_past_a_damaged_checkpoint(tr
     assert "2.damaged-1" in os.listdir(os.path.join(resumed, "checkpoints"))  # set aside, every file kept
     read = lambda d: [json.loads(ln) for ln in open(os.path.join(d, "metrics.jsonl"))]  # as written
     before, after = read(wd), read(resumed)
-    assert [r["step"] for r in after] == [0, 1, 2]
+    assert [r["step"] for r in after] == [0, 1]
     assert after[0] == before[0]  # kept as it was: the resume truncates only the steps it runs again
     same = lambda m: {k: v for k, v in m.items() if not k.startswith("time/")}  # all but the wall clock
     assert same(after[1]) == pytest.approx(same(before[1]), rel=1e-6, abs=1e-7)
-    assert Checkpointer(resumed).latest_step() == 3
+    assert Checkpointer(resumed).latest_step() == 2
     assert after[1]["time/compiles"] > 0 and after[1]["time/compile_cache_hits"] > 0  # loaded, not compiled again

@@ -20,9 +20,10 @@ def _env():
     return env
 
 
-# Every 8-device check script of the suite (here, test_forward.py, test_judge_forward.py). mesh_context_check
+# Every 8-device check script of the suite (here, test_forward.py, test_judge_forward.py, test_doc_examples.py). mesh_context_check
 # runs first: it checks a function jitted before any mesh was entered.
-MESH_CHECKS = ("mesh_context_check", "sharded_forward_check", "sharded_train_check", "judge_mesh_check")
+MESH_CHECKS = ("mesh_context_check", "sharded_forward_check", "sharded_train_check", "judge_mesh_check",
+               "readme_mesh_check")
 
 
 def mesh_check(tmp_path_factory, name, ckpt):

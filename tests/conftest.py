@@ -80,7 +80,8 @@ LONGEST_FILES = (
     "test_rare_writer", "test_sampler", "test_full_finetune", "test_shapes", "test_smollm2", "test_judge",
     "test_main_job", "test_gpu_check", "test_policy", "test_evals_run", "test_model", "test_memory_benchmark",
     "test_run_start", "test_rler", "test_pacing", "test_rare_task_revision", "test_constrained",
-    "test_judge_forward", "test_gguf_cache", "test_doc_examples", "test_openai_client", "test_peer_switches", "test_learn_ifeval_judged",
+    "test_judge_forward", "test_gguf_cache", "test_doc_examples", "test_openai_client", "test_peer_switches",
+    "test_learn_ifeval_judged",
     "test_losses", "test_evals_elements", "test_evals_gv_gap", "test_forward_plan", "test_export",
     "test_evals_rubric_score", "test_evals_fixed_rubric", "test_listwise", "test_qwen2", "test_learn_rcrl",
     "test_rare_remote_scorer", "test_workdir")

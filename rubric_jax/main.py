@@ -5,8 +5,9 @@ compiled from JAX's persistent compilation cache in DIR/jax_cache (--config.comp
 directory, or 'none'; a JAX_COMPILATION_CACHE_DIR in the environment is used instead of the default).
 
 The flags, the config, the prompt file, the rubrics and the workdir are checked before the model loads (a
-misspelled --config.* field is named with the nearest real one); a bad one is printed as one line (`error: <file>:<line>: ...`) with exit status 2, its traceback only under
-RUBRIC_JAX_TRACEBACK=1 (rubric_jax.errors). SIGTERM (a scheduler's preemption) or SIGINT (Ctrl-C) saves the
+misspelled --config.* field is named with the nearest real one); a bad one is printed as one line
+(`error: <file>:<line>: ...`) with exit status 2, its traceback only under RUBRIC_JAX_TRACEBACK=1
+(rubric_jax.errors). SIGTERM (a scheduler's preemption) or SIGINT (Ctrl-C) saves the
 last completed step and prints one line with the command that resumes, exit status 143 / 130
 (rubric_jax.rl.stopping).
 """

@@ -33,11 +33,6 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 # defaults, in process and in the subprocesses it starts (_xla_optimisation below). Measured over the whole
 # suite, 2 cores: 2467 CPU-seconds with every program optimised, 2130 with none.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-# Two xdist workers share two cores: each one's XLA runs its ops on one thread rather than a pool of two that
-# spins waiting for the other worker's core (test_smollm2 + test_rare_configs + test_policy, -n 2: 177 s ->
-# 168 s, 337 -> 320 CPU-seconds).
-if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false").strip()
 TEST_XLA_FAST_COMPILE = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"]
 
 # Likewise one converted copy of the embedded GGUF model (rubric_jax.models.gguf_cache) for the session: read

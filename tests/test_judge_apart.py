@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from rubric_jax.judge import Judge, JudgeConfig
-from rubric_jax.methods import rubric as rubric_method
+from rubric_jax.methods.rcrl import method as rubric_method
 from rubric_jax.models.loading import load_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rl import setup as setup_mod, trainer, preflight

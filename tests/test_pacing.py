@@ -1,5 +1,5 @@
 """Automatic curriculum pacing: the pure rule (rubric_jax.rewards.pacing) and the held-out evaluation
-(rubric_jax.rl.pacing_phase), on scripted readings, stand-in models and a tiny random Qwen3."""
+(rubric_jax.methods.rcrl.pacing_phase), on scripted readings, stand-in models and a tiny random Qwen3."""
 
 import dataclasses
 import json
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rubric_jax.data import load_jsonl
 from rubric_jax.rewards import curriculum_weights, permute_order
 from rubric_jax.rewards import pacing as P
-from rubric_jax.rl import pacing_phase as PP
+from rubric_jax.methods.rcrl import pacing_phase as PP
 from rubric_jax.rubrics import Criterion, load_rubric
 
 CFG = P.PacingConfig(every=10, window=3, epsilon=0.02, min_interval=45, max_interval=200)

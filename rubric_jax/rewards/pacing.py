@@ -4,7 +4,7 @@ Source: "Rubric Curriculum RL: Exploiting the Generation-Verification Gap in Non
 paper). Its curriculum adds one criterion every `interval` steps; its pacing study (section 5.2, Figure 8) trains
 on one criterion alone and finds held-out quality rising for about 100 steps and then falling, and its future
 work (section 6.2) proposes detecting each criterion's turning point instead of a uniform interval. This module
-is that proposal as a pure rule over logged readings; rubric_jax.rl.pacing_phase takes the readings (the
+is that proposal as a pure rule over logged readings; rubric_jax.methods.rcrl.pacing_phase takes the readings (the
 policy's win rate against the base policy's cached answers on held-out prompts, judged on the newest criterion
 in both orders) and feeds them in.
 
@@ -77,7 +77,7 @@ class PacingConfig:
         whose held-out quality was already falling well before their end: no criterion is kept longer than
         that study trained one.
     prompts = 16: held-out prompts per reading; twice the 8 prompts of a training step.
-    seed: picks the held-out prompts (rubric_jax.rl.pacing_phase.split_records).
+    seed: picks the held-out prompts (rubric_jax.methods.rcrl.pacing_phase.split_records).
     """
 
     every: int = 10
@@ -308,7 +308,7 @@ def schedule(readings, cfg: PacingConfig, num_criteria: int, steps: int,
              state: PacingState | None = None, start: int = 0) -> PacingState:
     """Runs the rule over steps start..steps-1 with `readings(position, step) -> win rate` standing in for the
     held-out evaluation (a reference reading follows each arrival except the last criterion's, as in
-    rubric_jax.rl.pacing_phase). For tests and for studying a rule on logged curves."""
+    rubric_jax.methods.rcrl.pacing_phase). For tests and for studying a rule on logged curves."""
     state = state or PacingState()
     for step in range(start, steps):
         if reading_due(state, step, cfg, num_criteria):

@@ -9,7 +9,7 @@ active, weighted by lambda_c:
   reward.dropout_q    all criteria, each dropped with probability q (Dropout RaR)
   otherwise           all criteria, equal weights (Pairwise / Absolute RaR)
   reward.pacing       "auto" / "monitor": the curriculum's arrivals come from held-out readings
-                      (rubric_jax.rl.pacing_phase), "fixed": every reward.interval steps
+                      (rubric_jax.methods.rcrl.pacing_phase), "fixed": every reward.interval steps
 
 The math of weights and rewards lives in rubric_jax.rewards (pure functions over score arrays); this module
 picks the step's weights, asks the judge and keeps the pacing state.
@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
-from rubric_jax.rl import pacing_phase
+from rubric_jax.methods.rcrl import pacing_phase
 from rubric_jax.rl.reward import judge_config, judge_metrics, judge_rewards, reachable_criteria, step_weights
 
 

@@ -69,14 +69,11 @@ def test_what_a_method_returns_is_checked_naming_it():
         checked(RewardOut(np.zeros((2, 4)), {}, None, {"v": np.zeros((3, 4))}), "m", 2, 4)
 
 
-def _doc_blocks(heading="### Adding a method: a worked example", name='@register("word_target")'):
-    """The first two python blocks after `heading` in docs/architecture.md: (module, config file)."""
-    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text.split(heading, 1)[1]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)[:2]
-    assert len(blocks) == 2 and name in blocks[0] and "get_config" in blocks[1]
-    return blocks
+def _doc_blocks(module_marker, config_marker):
+    """The worked example's two python blocks in docs/architecture.md: (module, config file)."""
+    from doc_blocks import python_block
+
+    return python_block(module_marker), python_block(config_marker)
 
 
 def _import(path, name):
@@ -92,7 +89,7 @@ def test_the_worked_example_trains_a_step(tiny_qwen3, tmp_path):
     """The documented module and config, as written, on the tiny random Qwen3: one step, the method's reward
     (mean words / 40 while every answer is under 40 words) and its own metric logged, the judge never asked.
     (About 10 s: one sampler and one update program, shared with the suite's other tiny runs.)"""
-    module, config_file = _doc_blocks()
+    module, config_file = _doc_blocks('@register("word_target")', "# configs/word_target.py")
     (tmp_path / "word_target.py").write_text(module)
     (tmp_path / "word_target_cfg.py").write_text(config_file)
     try:
@@ -121,7 +118,7 @@ def test_the_worked_reward_term_adds_its_standardised_bonus(tiny_qwen3, tmp_path
     to the mean reward (it is zero-mean in each group). (About 10 s, the suite's shared tiny programs.)"""
     from rubric_jax.methods.terms import TERMS
 
-    module, config_file = _doc_blocks("### Adding a reward term: a worked example", '@term("brevity")')
+    module, config_file = _doc_blocks('@term("brevity")', "# configs/rcrl_brevity.py")
     (tmp_path / "brevity.py").write_text(module)
     (tmp_path / "brevity_cfg.py").write_text(config_file)
     try:

@@ -7,10 +7,11 @@ Domains"; docs/method.md):
 A term is registered with `@term("name")`: a function `(ctx, batch) -> (B, G)` raw bonus per rollout (ctx: the
 run's `BuildContext`, batch: a `TermBatch`), or a `Term` subclass when it keeps state for the checkpoint. Its
 coefficient is `reward.<name>_coef`, a field its config file adds (a subclass may name another key, `coef_key`,
-and own more keys, `keys`). A subclass with `standardise = False` is added as it is, coef * b_i: a penalty on an
-absolute scale (DAPO's overlong penalty) must not be rescaled by its group's spread. The trainer standardises the bonus within each
-group, adds it and logs bonus/<name> (the raw mean); docs/architecture.md section 7 has a worked example. The bonuses' math (leverage scores, NLL differences) lives in rubric_jax.rewards and
-rubric_jax.rl.reward; this module only connects them to the step.
+and own more keys, `keys`). The trainer standardises the bonus within each group, weights it, adds it and logs
+bonus/<name> (the raw mean); a subclass with `standardise = False` is added as it is, coef * b_i: a penalty on
+an absolute scale (DAPO's overlong penalty) must not be rescaled by its group's spread. docs/architecture.md
+section 7 has a worked example. The bonuses' math (leverage scores, NLL differences) lives in rubric_jax.rewards
+and rubric_jax.rl.reward; this module only connects them to the step.
 """
 
 from __future__ import annotations

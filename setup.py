@@ -8,6 +8,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["rubric_jax", "rubric_jax.*", "evals", "evals.*"]),
     package_data={"rubric_jax": ["data/*.jsonl", "rubrics/builtin/*.json"], "evals": ["data/*.jsonl", "data/*.json"]},
+    # where the trainer finds reward methods and reward terms (rubric_jax.rl.plugins.load_plugins): this package's
+    # own, and any other package's that declares an entry point in this group
+    entry_points={"rubric_jax.plugins": ["builtin = rubric_jax.methods"]},
     install_requires=[
         "jax>=0.6",
         "flax>=0.11",

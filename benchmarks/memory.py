@@ -150,7 +150,7 @@ def judge_call_args(base, sizes: Sizes, c):
     """The scoring call's input shapes as the judge engine plans them for one step of the run: the engine's
     own packing and bucketing, with the device call replaced by a recorder (nothing runs)."""
     from rubric_jax.judge import Judge, forward
-    from rubric_jax.rl.reward import judge_config
+    from rubric_jax.judge.common import judge_config
     from rubric_jax.models.tokenizer import load_tokenizer
     from rubric_jax.rubrics import load_rubric
 

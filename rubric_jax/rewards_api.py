@@ -18,7 +18,7 @@ them). The frozen judge scores them with the engine the trainer uses (`rubric_ja
 
 rewards = sum_c lambda_c x_ic with lambda = `weights` normalised to sum 1 (default equal), i.e.
 `rewards.pairwise_reward` for win rates and `rewards.absolute_reward` for scores (docs/method.md), through
-`rubric_jax.rl.reward.group_rewards`, the verdicts-to-reward step the trainer uses too.
+`rubric_jax.methods.rcrl.reward.group_rewards`, the verdicts-to-reward step the trainer uses too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from rubric_jax.judge import Judge
-from rubric_jax.rl.reward import group_rewards
+from rubric_jax.methods.rcrl.reward import group_rewards
 from rubric_jax.rubrics.types import Criterion, Rubric, load_rubric
 
 __all__ = ["MODES", "GroupScores", "make_judge", "score_groups"]

@@ -162,7 +162,7 @@ def test_dropout_mask_statistics_and_jit():
 def test_reachable_criteria_are_the_ones_a_run_of_that_length_introduces():
     """The judge's last compiled shape is planned for these (rubric_jax.rl.setup): K(steps - 1) under a fixed
     curriculum, every criterion otherwise."""
-    from rubric_jax.rl.reward import RewardConfig, reachable_criteria
+    from rubric_jax.methods.rcrl.reward import RewardConfig, reachable_criteria
 
     crits = [f"c{k}" for k in range(13)]
     fixed = lambda interval: RewardConfig(curriculum=True, interval=interval)

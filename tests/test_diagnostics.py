@@ -8,7 +8,7 @@ import pytest
 
 from rubric_jax.rl import diagnostics as D
 from rubric_jax.rl.hosts import merge_rows
-from rubric_jax.rl.reward import health_metrics
+from rubric_jax.methods.rcrl.reward import health_metrics
 from rubric_jax.sampling.sampler import SampleOutput
 
 

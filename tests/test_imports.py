@@ -124,3 +124,42 @@ def test_no_public_name_is_shadowed_by_a_submodule():
     """rubric_jax.judge.pairwise (the README's function) was replaced by its submodule judge/pairwise.py on the
     engine's first lazy import of it: the README's second call raised 'module' object is not callable."""
     assert shadowed_names() == []
+
+
+METHOD_WORDS = {"rare", "rlmr", "pacing", "listwise", "pairwise", "absolute"}
+
+
+def method_naming_lines(folder) -> list[str]:
+    """"file:line" of every code line in `folder`'s modules with an identifier one of whose words (split at "_" and
+    case changes) names a method or one of its modes (METHOD_WORDS); comments and strings aside."""
+    import io
+    import re
+    import tokenize
+
+    out = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as fh:
+            tokens = tokenize.generate_tokens(io.StringIO(fh.read()).readline)
+            lines = {t.start[0] for t in tokens if t.type == tokenize.NAME and METHOD_WORDS & {
+                w.lower() for w in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", t.string)}}
+        out += [f"{name}:{n}" for n in sorted(lines)]
+    return out
+
+
+def test_the_method_finder_finds_a_method_in_code_not_in_comments(tmp_path):
+    (tmp_path / "a.py").write_text('x = 1  # the pairwise judge\ny = "rare"\nuse_listwise = True\nRlmrConfig = 2\n')
+    assert method_naming_lines(str(tmp_path)) == ["a.py:3", "a.py:4"]
+
+
+def test_rl_reaches_methods_only_through_the_plugin_registry():
+    """No code line of rubric_jax/rl/ names a method (rl.plugins finds them by name) and no module of rl/ imports
+    rubric_jax.methods: the built-in methods are a plugin like any other."""
+    rl = os.path.join(ROOT, "rubric_jax", "rl")
+    assert method_naming_lines(rl) == []
+    graph = import_graph()
+    assert len([m for m in graph if m.startswith("rubric_jax.rl.")]) > 15  # the graph is read
+    assert {m: sorted(d for d in deps if d.startswith("rubric_jax.methods"))
+            for m, deps in graph.items() if m.startswith("rubric_jax.rl.") and any(
+                d.startswith("rubric_jax.methods") for d in deps)} == {}

@@ -21,7 +21,7 @@ from rubric_jax.models.loading import load_model
 from rubric_jax.models.tokenizer import load_tokenizer
 from rubric_jax.rl import setup as setup_mod, trainer, preflight
 from rubric_jax.rl.checkpoint import Checkpointer
-from rubric_jax.rl.reward import judge_rewards, reachable_criteria
+from rubric_jax.methods.rcrl.reward import judge_rewards, reachable_criteria
 
 from conftest import load_config, write_tiny_checkpoint  # noqa: E402
 from test_trainer import _tiny_run_config  # noqa: E402
@@ -170,7 +170,7 @@ def test_rlmr_pacing_and_rare_read_the_judge_apart(tiny_qwen3, judge_dir):
     s = setup_mod.build(_tiny_run_config("rare", tiny_qwen3[0], **{"judge.model": judge_dir}))
     scorer = s.method.rt.scorer
     assert scorer.judge.model is s.judge_model and scorer.judge.tokenizer is s.judge_tokenizer
-    assert scorer.retry_judge.model is s.judge_model and scorer.judge.model_id == s.judge.model_id
+    assert scorer.retry_judge.model is s.judge_model and scorer.judge.model_id == s.judge_id
     assert s.method.judge is scorer.judge and s.judge_model is not s.base
 
 

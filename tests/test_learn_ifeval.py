@@ -286,14 +286,16 @@ def test_the_config_validates_and_its_reward_is_the_verifier_alone():
 
 
 def test_the_start_up_line_says_no_judge_runs_when_the_verifier_is_the_reward():
+    from rubric_jax.rl import plugins
     from rubric_jax.rl.setup import judge_line
 
     c = load_config("learn_ifeval")
-    line = judge_line(types.SimpleNamespace(config=c, judge_apart=False))
+    method = plugins.get(plugins.method_name(c))
+    line = judge_line(types.SimpleNamespace(config=c, judge_apart=False, method=method))
     assert line.startswith("judge: none;") and "rlmr.writing='none'" in line
     # a verifier that may ask the model (auto: constraints without a program) still names the model it asks
     c.rlmr.verifier = "auto"
-    line = judge_line(types.SimpleNamespace(config=c, judge_apart=False))
+    line = judge_line(types.SimpleNamespace(config=c, judge_apart=False, method=method))
     assert line.startswith("judge (constraints without a program only") and "smollm2-135m-instruct" in line
 
 

@@ -14,7 +14,7 @@ from rubric_jax.methods import agreement
 from rubric_jax.methods import rlmr as rlmr_phase
 from rubric_jax.rewards import judge_health as H
 from rubric_jax.rl import preflight, trainer
-from rubric_jax.rl.reward import RewardConfig, judge_rewards_per_prompt
+from rubric_jax.methods.rcrl.reward import RewardConfig, judge_rewards_per_prompt
 from rubric_jax.verifiers.constraints import parse_constraints
 from rubric_jax.verifiers.verifier import ConstraintVerifier, GroupVerdict
 

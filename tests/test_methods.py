@@ -1,6 +1,9 @@
-"""Reward methods as plugins (rubric_jax.methods): the trainer names none of them, configs find theirs by name,
-and the worked example of docs/architecture.md (a new method in one module plus one config file) trains."""
+"""Reward methods as plugins (rubric_jax.rl.plugins, the built-ins in rubric_jax.methods): the trainer names none
+of them, configs find theirs by name, and the worked examples of docs/architecture.md (a new method, a new reward
+term: one module plus one config file each) train once installed the way a user's package is, through an entry
+point."""
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -9,10 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from rubric_jax import methods
-from rubric_jax.methods.base import METHODS
-from rubric_jax.methods.terms import TERMS
-from rubric_jax.rl import preflight, trainer
+from rubric_jax.rl import plugins, preflight, trainer
+from rubric_jax.rl.plugins import METHODS, TERMS
+
+plugins.load_plugins()  # the built-in methods and terms registered, as the first lookup does
 
 from conftest import ROOT, load_config  # noqa: E402
 
@@ -35,8 +38,8 @@ def test_the_trainer_names_no_method_and_no_reward_term():
                                          ("rlmr", "rlmr"), ("verifier_only", "rlmr"), ("learn_ifeval", "rlmr")])
 def test_each_config_finds_its_method_by_name(name, method):
     cfg = load_config(name, "tiny")
-    assert methods.method_name(cfg) == method
-    assert isinstance(methods.make(cfg, None, [], None), METHODS[method])
+    assert plugins.method_name(cfg) == method
+    assert isinstance(plugins.get(method)(cfg, None, [], None), METHODS[method])
 
 
 def test_an_unknown_method_fails_the_config_check_naming_the_registered_ones():
@@ -45,17 +48,17 @@ def test_an_unknown_method_fails_the_config_check_naming_the_registered_ones():
     with pytest.raises(preflight.ConfigError, match=r"config\.reward\.method='pariwise'.*'rare', 'rlmr'.*pairwise"):
         preflight.check(cfg)
     with pytest.raises(ValueError, match="no reward method 'nope'"):
-        methods.get("nope")
+        plugins.get("nope")
 
 
 def test_two_methods_cannot_share_a_name():
     with pytest.raises(ValueError, match="two reward methods are registered as 'rare'"):
-        methods.register("rare")(type("Other", (methods.Method,), {}))
+        plugins.register("rare")(type("Other", (plugins.Method,), {}))
     assert METHODS["rare"].__name__ == "RareMethod"
 
 
 def test_what_a_method_returns_is_checked_naming_it():
-    from rubric_jax.methods.base import RewardOut, checked
+    from rubric_jax.rl.plugins import RewardOut, checked
 
     ok = RewardOut(np.zeros((2, 4), np.float32), {}, np.zeros(2, bool), {"violate": np.zeros((2, 4), bool)})
     assert checked(ok, "m", 2, 4) is ok
@@ -84,26 +87,71 @@ def _import(path, name):
     return mod
 
 
+@contextlib.contextmanager
+def _installed(tmp_path, name, source):
+    """`source` as the module `name` of a package installed the way pip installs one: the module on sys.path and a
+    dist-info folder whose entry_points.txt names it in the group "rubric_jax.plugins". The registry reads the
+    installed entry points afresh (`plugins.load_plugins`); on exit what the module registered is removed."""
+    site = tmp_path / "site"
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (site / f"{name}.py").write_text(source)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_POINTS}]\n{name} = {name}\n")
+    before, methods_before, terms_before = list(plugins._loaded), dict(METHODS), dict(TERMS)
+    sys.path.insert(0, str(site))
+    plugins._loaded.clear()
+    try:
+        assert name in plugins.load_plugins()
+        yield
+    finally:
+        sys.path.remove(str(site))
+        plugins._loaded[:] = before
+        for registry, was in ((METHODS, methods_before), (TERMS, terms_before)):
+            for key in set(registry) - set(was):
+                registry.pop(key)
+        sys.modules.pop(name, None)
+
+
+def test_a_plugin_that_fails_to_import_is_named(tmp_path):
+    with pytest.raises(RuntimeError, match=r"entry point 'broken_plugin' \(broken_plugin\) failed to import: "
+                                           r"ZeroDivisionError"):
+        with _installed(tmp_path, "broken_plugin", "1 / 0\n"):
+            pass
+    assert plugins.method_choices() == ("pairwise", "absolute", "rare", "rlmr")  # the built-ins as before
+
+
+def test_every_module_of_the_methods_package_is_registered_by_the_package_scan():
+    """A module dropped into rubric_jax/methods/ needs no import line anywhere: the package imports them all."""
+    import pkgutil
+
+    import rubric_jax.methods as builtin
+
+    names = [m.name for m in pkgutil.iter_modules(builtin.__path__)]
+    assert {"rare", "rlmr", "per_prompt", "rcrl", "terms"} <= set(names)
+    assert all(f"rubric_jax.methods.{n}" in sys.modules for n in names)
+    with open(os.path.join(ROOT, "rubric_jax", "methods", "__init__.py"), encoding="utf-8") as f:
+        assert not any(re.search(rf"\b{n}\b", line) for line in f if "import" in line for n in names)
+
+
 @pytest.mark.slow
 def test_the_worked_example_trains_a_step(tiny_qwen3, tmp_path):
     """The documented module and config, as written, on the tiny random Qwen3: one step, the method's reward
     (mean words / 40 while every answer is under 40 words) and its own metric logged, the judge never asked.
     (About 10 s: one sampler and one update program, shared with the suite's other tiny runs.)"""
     module, config_file = _doc_blocks('@register("word_target")', "# configs/word_target.py")
-    (tmp_path / "word_target.py").write_text(module)
     (tmp_path / "word_target_cfg.py").write_text(config_file)
     try:
-        _import(str(tmp_path / "word_target.py"), "word_target_example")
-        assert "word_target" in methods.method_choices()
-        cfg = _import(str(tmp_path / "word_target_cfg.py"), "word_target_example_cfg").get_config("tiny")
-        cfg.model, cfg.steps, cfg.max_completion_len, cfg.tensorboard = tiny_qwen3[0], 1, 8, False
-        cfg.prompt_width = "max"  # the suite's other tiny runs' programs (test_trainer._tiny_run_config)
-        preflight.check(cfg)
-        (m,) = trainer.train(cfg, str(tmp_path / "run"))
+        with _installed(tmp_path, "word_target_example", module):
+            assert "word_target" in plugins.method_choices()
+            cfg = _import(str(tmp_path / "word_target_cfg.py"), "word_target_example_cfg").get_config("tiny")
+            cfg.model, cfg.steps, cfg.max_completion_len, cfg.tensorboard = tiny_qwen3[0], 1, 8, False
+            cfg.prompt_width = "max"  # the suite's other tiny runs' programs (test_trainer._tiny_run_config)
+            preflight.check(cfg)
+            (m,) = trainer.train(cfg, str(tmp_path / "run"))
+        assert "word_target" not in plugins.method_choices()  # uninstalled again
     finally:
-        METHODS.pop("word_target", None)
-        for name in ("word_target_example", "word_target_example_cfg"):
-            sys.modules.pop(name, None)
+        sys.modules.pop("word_target_example_cfg", None)
     words = m["word_target/words"]
     assert 0 <= words <= 8  # at most 8 tokens each
     np.testing.assert_allclose(m["reward/mean"], words / 40, rtol=1e-5)
@@ -116,26 +164,25 @@ def test_the_worked_reward_term_adds_its_standardised_bonus(tiny_qwen3, tmp_path
     """The documented reward term (a function) and its config file, as written: one RcRL step on the tiny random
     Qwen3 logs bonus/brevity, the mean of minus the completions' lengths, and the standardised bonus adds nothing
     to the mean reward (it is zero-mean in each group). (About 10 s, the suite's shared tiny programs.)"""
-    from rubric_jax.methods.terms import TERMS
-
     module, config_file = _doc_blocks('@term("brevity")', "# configs/rcrl_brevity.py")
-    (tmp_path / "brevity.py").write_text(module)
     (tmp_path / "brevity_cfg.py").write_text(config_file)
     try:
-        _import(str(tmp_path / "brevity.py"), "brevity_example")
-        cfg = _import(str(tmp_path / "brevity_cfg.py"), "brevity_example_cfg").get_config("tiny")
-        cfg.model, cfg.steps, cfg.max_completion_len, cfg.tensorboard = tiny_qwen3[0], 1, 8, False
-        cfg.prompt_width = "max"
-        preflight.check(cfg)
-        (m,) = trainer.train(cfg, str(tmp_path / "run"))
-        with pytest.raises(preflight.ConfigError, match=r"config\.reward: unknown setting\(s\) \['brevty_coef'\]"):
-            bad = _import(str(tmp_path / "brevity_cfg.py"), "brevity_example_cfg2").get_config("tiny")
-            with bad.unlocked():
-                bad.reward.brevty_coef = 0.1  # a term that is not registered
-            preflight.check(bad)
+        with _installed(tmp_path, "brevity_example", module):
+            cfg = _import(str(tmp_path / "brevity_cfg.py"), "brevity_example_cfg").get_config("tiny")
+            cfg.model, cfg.steps, cfg.max_completion_len, cfg.tensorboard = tiny_qwen3[0], 1, 8, False
+            cfg.prompt_width = "max"
+            preflight.check(cfg)
+            (m,) = trainer.train(cfg, str(tmp_path / "run"))
+            with pytest.raises(preflight.ConfigError, match=r"config\.reward: unknown setting\(s\) \['brevty_coef'\]"):
+                bad = _import(str(tmp_path / "brevity_cfg.py"), "brevity_example_cfg2").get_config("tiny")
+                with bad.unlocked():
+                    bad.reward.brevty_coef = 0.1  # a term that is not registered
+                preflight.check(bad)
+        # uninstalled, its own key is unknown too
+        with pytest.raises(preflight.ConfigError, match=r"config\.reward: unknown setting\(s\) \['brevity_coef'\]"):
+            preflight.check(_import(str(tmp_path / "brevity_cfg.py"), "brevity_example_cfg3").get_config("tiny"))
     finally:
-        TERMS.pop("brevity", None)
-        for name in ("brevity_example", "brevity_example_cfg", "brevity_example_cfg2"):
+        for name in ("brevity_example_cfg", "brevity_example_cfg2", "brevity_example_cfg3"):
             sys.modules.pop(name, None)
     np.testing.assert_allclose(m["bonus/brevity"], -m["completion_len/mean"], rtol=1e-6)
     np.testing.assert_allclose(m["reward/mean"], m["reward/judge_mean"], atol=1e-6)

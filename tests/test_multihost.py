@@ -159,7 +159,7 @@ def test_metrics_of_pooled_halves_equal_the_metrics_of_the_whole_batch(qwen_toke
     """What each process contributes (per-row figures, padding counts, judge rows) pools into exactly the
     metrics of one process holding the whole batch."""
     from rubric_jax.rl import diagnostics, shapes
-    from rubric_jax.rl.reward import RewardConfig, judge_metrics
+    from rubric_jax.methods.rcrl.reward import RewardConfig, judge_metrics
     from rubric_jax.rubrics import load_rubric
     from rubric_jax.sampling.sampler import SampleOutput
 

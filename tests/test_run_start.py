@@ -12,7 +12,8 @@ import pytest
 
 from rubric_jax import PRESETS, init_model, progress
 from rubric_jax.models.lora import LoRAConfig, apply_lora
-from rubric_jax.rl import reward, setup as setup_mod, trainer, preflight
+from rubric_jax.methods.rcrl import reward
+from rubric_jax.rl import setup as setup_mod, trainer, preflight
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.losses import LossConfig, finalize
 from rubric_jax.rl.policy import Policy, PolicyConfig, RolloutBatch, make_optimizer
@@ -238,13 +239,13 @@ def test_exploration_projection_is_fixed_over_steps_and_resume(tiny_qwen3, tmp_p
     # resumed with another seed: the checkpoint's projection seed wins, so step 2 uses step 0's matrix
     trainer.train(cfg(3, seed=1), wd)
     assert len(seen) == 3
-    want = np.asarray(reward.exploration_projection(0, seen[0].shape[0], reward.RewardConfig(exploration_dim=64)))
+    want = np.asarray(terms.exploration_projection(0, seen[0].shape[0], reward.RewardConfig(exploration_dim=64)))
     np.testing.assert_array_equal(seen[0], want)
     for p in seen[1:]:
         np.testing.assert_array_equal(p, seen[0])
     _, meta = Checkpointer(wd).restore()
     assert meta["exploration_seed"] == 0
-    other = reward.exploration_projection(1, seen[0].shape[0], reward.RewardConfig(exploration_dim=64))
+    other = terms.exploration_projection(1, seen[0].shape[0], reward.RewardConfig(exploration_dim=64))
     assert not np.allclose(np.asarray(other), seen[0])  # the seed does choose the matrix
 
 

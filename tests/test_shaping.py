@@ -12,9 +12,10 @@ from rubric_jax.methods import terms
 from rubric_jax.rewards import shaping
 from rubric_jax.rewards.group import advantages
 from rubric_jax.rewards.judge_health import first_position_rate_flat, saturation
+from rubric_jax.rl import plugins
 from rubric_jax.rl.diagnostics import length_audit
 from rubric_jax.rl.policy import RolloutBatch
-from rubric_jax.rl.reward import criterion_metrics, group_rewards
+from rubric_jax.methods.rcrl.reward import criterion_metrics, group_rewards
 
 # one group of 6 rollouts, two criteria: the win rates of "wide" have 100 times the variance of "narrow"'s (std
 # 0.31 against 0.031), and the two order the rollouts differently
@@ -142,7 +143,7 @@ def _term_batch(completions, group_size):
     rollouts = RolloutBatch(tokens_bt=np.concatenate([np.ones((len(completions), 1), np.int32), comp], 1),
                             mask_bt=np.concatenate([np.ones((len(completions), 1), bool), cmask], 1), prompt_len=1,
                             completion_mask_bt=cmask, adv_b=np.zeros(len(completions), np.float32))
-    return terms.TermBatch(records=[], rollouts=rollouts, prompt_ids=[], completions=completions,
+    return plugins.TermBatch(records=[], rollouts=rollouts, prompt_ids=[], completions=completions,
                            group_size=group_size)
 
 
@@ -159,8 +160,8 @@ def test_overlong_term_is_added_unstandardised_and_length_control_standardised()
     logl = np.log([2.0, 5.0, 6.0, 6.0])
     want = -0.5 * (logl - logl.mean()) / logl.std()
     np.testing.assert_allclose(lc.weighted(lc.bonus(batch))[0], want, rtol=1e-4)
-    assert {"overlong_penalty", "overlong_buffer", "length_control", "exploration_coef"} <= terms.term_keys()
-    assert [t.name for t in terms.active_terms(cfg)] == ["overlong", "length_control"]
+    assert {"overlong_penalty", "overlong_buffer", "length_control", "exploration_coef"} <= plugins.term_keys()
+    assert [t.name for t in plugins.active_terms(cfg)] == ["overlong", "length_control"]
 
 
 def test_an_overlong_buffer_past_the_cap_is_refused_before_anything_loads():

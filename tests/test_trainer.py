@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from rubric_jax.methods import per_prompt
-from rubric_jax.methods.terms import term_keys
+from rubric_jax.rl.plugins import term_keys
 from rubric_jax.rl import trainer
 from rubric_jax.rl.checkpoint import Checkpointer
 from rubric_jax.rl.metrics import read_metrics
-from rubric_jax.rl.reward import ordered_criteria, reward_config, step_weights
+from rubric_jax.methods.rcrl.reward import ordered_criteria, reward_config, step_weights
 from rubric_jax.rubrics import load_rubric
 
 from conftest import load_config  # noqa: E402
@@ -416,7 +416,7 @@ def test_per_prompt_rubrics_judge_each_group_against_its_own(tiny_qwen3, tmp_pat
     reward equals the absolute reward recomputed from those scores by hand."""
     import json
 
-    from rubric_jax.rl import reward as reward_mod
+    from rubric_jax.methods.rcrl import reward as reward_mod
     from rubric_jax.rubrics import Criterion, Rubric
 
     data = tmp_path / "data.jsonl"

@@ -88,6 +88,31 @@ class JudgeConfig:
             raise ValueError(f"max_shapes: must be >= 1, got {self.max_shapes}")
 
 
+def judge_config(config, **over) -> JudgeConfig:
+    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself).
+    JudgeConfig carries judge.comparison='listwise' as its pairing 'listwise' (`pairwise_batch` hands it over)."""
+    j = config.judge
+    pairing = "listwise" if j.get("comparison") == "listwise" else j.pairing
+    fields = dict(mode=j.mode, pairing=pairing, questions=j.questions, worse_weight=float(j.worse_weight))
+    return JudgeConfig(**{**fields, **over})
+
+
+def comparison_problem(config, compares_in_group: bool) -> str | None:
+    """Why config.judge.comparison cannot run (None when it can): listwise judging gives win rates within a
+    group, so the reward method must compare a group's responses (`compares_in_group`), and its prompts label
+    the responses A..Z."""
+    if config.judge.comparison != "listwise":
+        return None
+    if not compares_in_group:
+        return ("listwise judging gives win rates within a group: it needs reward.method='pairwise' (or 'rlmr' "
+                "with rlmr.writing='pairwise')")
+    from rubric_jax.judge.listwise import LIST_LABELS  # noqa: PLC0415 (listwise builds on this module)
+
+    if config.group_size > len(LIST_LABELS):
+        return f"listwise prompts label responses A..Z: group_size {config.group_size} is over {len(LIST_LABELS)}"
+    return None
+
+
 @dataclasses.dataclass
 class JudgeStats:
     """Running totals over the judge's life (reset with `reset`)."""

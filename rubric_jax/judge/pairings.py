@@ -104,3 +104,10 @@ def pairs_for(pairing: str, g: int, *, k: int = 1) -> np.ndarray:
 
 __all__ = ["PAIRINGS", "all_pairs", "circular_pairs", "num_swiss_rounds", "swiss_round", "bye_of",
            "pairs_for", "mask_from_pairs", "pairs_from_mask"]
+
+
+def pairs_per_group(pairing: str, g: int, k: int = 1) -> int:
+    """Unordered pairs the judge compares in a group of g (Swiss: its rounds of floor(g/2) pairs)."""
+    if pairing == "swiss":
+        return num_swiss_rounds(g) * (g // 2)
+    return len(pairs_for(pairing, g, k=k))

@@ -1,20 +1,24 @@
-"""Reward methods: one module each, registered by name (rubric_jax.methods.base has the protocol).
+"""The built-in reward methods and reward terms, one module (or package) each.
 
-  rubric       RcRL and its Table 3 baselines: the config's rubric, pairwise or absolute, curriculum, dropout,
-               held-out pacing (the rcrl package)
+  rcrl         RcRL and its Table 3 baselines: the config's rubric, pairwise or absolute, curriculum, dropout,
+               held-out pacing; registered as "rubric" (the rcrl package: method.py, reward.py, pacing_phase.py)
   per_prompt   each prompt's own rubric (config.rubric_source = record | task) (per_prompt.py)
   rare         RARE at sample and task level, MPO, RLER and their static baselines (rare.py)
   rlmr         RLMR: writing reward, constraint verifier, group penalty or linear mix (rlmr.py)
+  terms        the reward terms added on top of any method's reward: the bonuses (terms.py)
 
-`method_name(config)` says which one a config runs; `make(config, reward_cfg, criteria, default_rubric)` makes
-it. The reward terms added on top of any method's reward (the bonuses) are in rubric_jax.methods.terms.
+What a method and a term are, and the registries that find them by name, is rubric_jax.rl.plugins; the
+trainer reaches this package only through those registries. This package is the entry point setup.py declares
+for them, and importing it imports every module and subpackage in it: a new method is one module dropped here
+(or in a package of your own that declares an entry point of the group "rubric_jax.plugins").
 """
 
-from rubric_jax.methods.base import (METHODS, BuildContext, Method, RewardBatch, RewardOut, get,  # noqa: F401
-                                     method_choices, method_name, register)
-from rubric_jax.methods import per_prompt, rare, rcrl, rlmr  # noqa: F401,E402 (each registers itself)
+import importlib
+import pkgutil
 
+# the names a method's or a term's module needs
+from rubric_jax.rl.plugins import (BuildContext, Method, RewardBatch, RewardOut, Term, TermBatch,  # noqa: F401
+                                   register, term)
 
-def make(config, reward_cfg, criteria, default_rubric) -> Method:
-    """The config's method, before anything loads (`prepare` and `build` come next: rubric_jax.rl.setup)."""
-    return get(method_name(config))(config, reward_cfg, criteria, default_rubric)
+for _module in pkgutil.iter_modules(__path__):  # sorted by name: registration order is the same every run
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -3,7 +3,7 @@ baseline of "Rubric Curriculum RL" (its HealthBench table) and the static rubric
 
 Every criterion of a prompt's rubric is active with weight 1/C_b (no curriculum: the criteria differ per prompt);
 the judge compares the group pairwise (reward.method="pairwise") or scores each rollout ("absolute").
-`rubric_jax.rl.reward.judge_rewards_per_prompt` holds the arithmetic.
+`rubric_jax.methods.rcrl.reward.judge_rewards_per_prompt` holds the arithmetic.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import Any
 
 from rubric_jax.config_checks import ConfigError
 from rubric_jax.methods import agreement
-from rubric_jax.methods.base import Method, RewardBatch, RewardOut, register
+from rubric_jax.methods.rcrl.method import judge_summary, validate_pacing
+from rubric_jax.methods.rcrl.reward import SharedRewardSection, judge_rewards_per_prompt, per_prompt_metrics
 from rubric_jax.rare.store import RubricStore
-from rubric_jax.rl.reward import judge_rewards_per_prompt, per_prompt_metrics
+from rubric_jax.rl.plugins import Method, RewardBatch, RewardOut, register
 
 
 def load_store(default_rubric, source: str, records) -> RubricStore:
@@ -26,16 +27,32 @@ def load_store(default_rubric, source: str, records) -> RubricStore:
 
 
 @register("per_prompt")
-class PerPromptMethod(Method):
+class PerPromptMethod(SharedRewardSection, Method):
+    reward_methods = ("pairwise", "absolute")
     sums_criteria = True
+
+    @classmethod
+    def runs(cls, config) -> bool:
+        return super().runs(config) and config.rubric_source != "config"
 
     @staticmethod
     def validate(config) -> None:
+        validate_pacing(config)  # refuses pacing here: there is no one rubric to pace
         rc = config.reward
         if rc.curriculum or rc.dropout_q:
             raise ConfigError(f"config.rubric_source={config.rubric_source!r}: each prompt has its own rubric, so "
                               f"there is no one criteria order for a curriculum or dropout; set "
                               f"reward.curriculum=False")
+
+    @classmethod
+    def compares_in_group(cls, config) -> bool:
+        return config.reward.method == "pairwise"
+
+    def needs_judge(self) -> bool:
+        return True
+
+    def summary_line(self) -> str | None:
+        return judge_summary(self.config, self.criteria)
 
     def prepare(self, records: list) -> list:
         self.store = load_store(self.default_rubric, self.config.rubric_source, records)

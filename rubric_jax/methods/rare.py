@@ -27,10 +27,11 @@ import numpy as np
 
 from rubric_jax.config_checks import choice, fail, integer
 from rubric_jax.judge import Judge, JudgeConfig
-from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
+from rubric_jax.methods.rcrl.reward import SharedRewardSection
 from rubric_jax.rare import rler, sample_level, task_level, task_revision
 from rubric_jax.rare.scoring import LocalScorer
 from rubric_jax.rare.store import RubricStore
+from rubric_jax.rl.plugins import BuildContext, Method, RewardBatch, RewardOut, register
 from rubric_jax.rubrics import Criterion
 
 log = logging.getLogger(__name__)
@@ -312,7 +313,7 @@ def pop_texts(rt: RareRuntime) -> dict[str, str]:
 
 
 @register("rare")
-class RareMethod(Method):
+class RareMethod(SharedRewardSection, Method):
     """RARE and its baselines through the trainer's five calls; the state is the rubric store (and the level's
     evidence or RLER pools), kept under "rubrics", "evidence" and "rler" in the checkpoint's meta."""
 
@@ -332,6 +333,15 @@ class RareMethod(Method):
             spec = config.rare[field]
             if spec != "local" and not (isinstance(spec, str) and spec.startswith("openai:")):
                 fail(f"rare.{field}", spec, "must be 'local' or 'openai:MODEL@BASE_URL'")
+
+    def summary_line(self) -> str | None:
+        return (f"judge per step: {self.config.prompts_per_step * self.config.group_size} responses x each "
+                f"prompt's criteria ({self.config.rare.score_mode} mode)")
+
+    @classmethod
+    def judge_line(cls, config, line: str) -> str:
+        return line + (f"; RARE's scores come from {config.rare.judge} (rare.judge)"
+                       if config.rare.judge.startswith("openai:") else "")
 
     def prepare(self, records: list) -> list:
         self.store = initial_store(self.config, self.default_rubric, records)
@@ -356,7 +366,7 @@ class RareMethod(Method):
 
     def build(self, ctx: BuildContext) -> None:
         super().build(ctx)
-        self.rt = build(self.config, ctx.base_local, ctx.tokenizer, ctx.judge.model_id, self.default_rubric,
+        self.rt = build(self.config, ctx.base_local, ctx.tokenizer, ctx.judge_id, self.default_rubric,
                         ctx.records, judge=(ctx.judge_model, ctx.judge_tokenizer), store=self.store)
 
     @property

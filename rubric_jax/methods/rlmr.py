@@ -27,13 +27,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rubric_jax.config_checks import section
+from rubric_jax.config_checks import ConfigError, section
 from rubric_jax.methods import agreement
-from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
-from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.methods.per_prompt import load_store
-from rubric_jax.rl.reward import (judge_metrics, judge_rewards, judge_rewards_per_prompt, per_prompt_metrics,
-                                  reachable_criteria, step_weights)
+from rubric_jax.methods.rcrl.method import judge_summary
+from rubric_jax.methods.rcrl.reward import (SharedRewardSection, judge_metrics, judge_rewards,
+                                            judge_rewards_per_prompt, per_prompt_metrics, reachable_criteria,
+                                            step_weights)
+from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
+from rubric_jax.rl.plugins import BuildContext, Method, RewardBatch, RewardOut, register
 from rubric_jax.verifiers.constraints import KINDS, Constraint, parse_constraints
 from rubric_jax.verifiers.verifier import ConstraintVerifier
 
@@ -195,7 +197,7 @@ def violator_adv_max(adv_bg: np.ndarray, violate_bg: np.ndarray, weight_b: np.nd
 
 
 @register("rlmr")
-class RlmrMethod(Method):
+class RlmrMethod(SharedRewardSection, Method):
     """The writing reward (the judge over the config's rubric with all criteria active, a reward model, or none),
     the verifier's flags and their mix; groups where every rollout violates are dropped (penalty mix)."""
 
@@ -205,10 +207,34 @@ class RlmrMethod(Method):
     def validate(config) -> None:
         section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
 
-    def needs_judge(self) -> bool:
+    @classmethod
+    def compares_in_group(cls, config) -> bool:
+        return config.rlmr.writing == "pairwise"
+
+    def judges_writing(self) -> bool:
+        """Whether the writing reward is the judge's over a rubric (not a reward model, not none)."""
         return self.config.rlmr.writing not in ("reward_model", "none")
 
+    def needs_judge(self) -> bool:
+        # the LLM verifier asks it about constraints without a program unless rlmr.verifier='program'
+        return self.judges_writing() or self.config.rlmr.verifier != "program"
+
+    def summary_line(self) -> str | None:
+        return judge_summary(self.config, self.criteria) if self.config.rlmr.writing in ("absolute", "pairwise") \
+            else None
+
+    @classmethod
+    def judge_line(cls, config, line: str) -> str:
+        if config.rlmr.writing != "none":
+            return line
+        # no writing score: the judge reads only the constraints that no program can check
+        return ("judge: none; the reward is the constraint programs' verdicts (rlmr.writing='none', "
+                "rlmr.verifier='program')" if config.rlmr.verifier == "program" else
+                line.replace("judge: ", "judge (constraints without a program only, rlmr.writing='none'): ", 1))
+
     def prepare(self, records: list) -> list:
+        if self.judges_writing() and self.config.rubric_source == "config" and not self.criteria:
+            raise ConfigError(f"config.rubric is empty: reward.method={self.reward_cfg.method!r} judges with a rubric")
         # the writing judge reads the config's rubric, or each prompt's own (rubric_source = record | task)
         self.store = None
         if self.config.rubric_source != "config":
@@ -218,7 +244,7 @@ class RlmrMethod(Method):
 
     def build(self, ctx: BuildContext) -> None:
         super().build(ctx)
-        if self.needs_judge() and self.store is None:
+        if self.judges_writing() and self.store is None:
             ctx.judge.reserve(reachable_criteria(self.criteria, self.reward_cfg, self.config.steps))
         self.rt = build(self.config, ctx.judge, ctx.records, self.constraints)
         # the writing judge's settings; flips are RLMR's

@@ -1,120 +1,83 @@
-"""Reward terms: bonuses any method's reward can carry, standardised within each group and added with their own
-coefficient (appendix B of "Rubric Curriculum RL: Exploiting the Generation-Verification Gap in Non-Verifiable
-Domains"; docs/method.md):
+"""The built-in reward terms: bonuses any method's reward can carry, each weighted by its own coefficient
+(the protocol and the trainer's arithmetic are rubric_jax.rl.plugins' `Term`; docs/method.md):
 
-  r_i  <-  r_i + coef * (b_i - mean_group(b)) / std_group(b)        for each term with coef != 0
+  exploration      leverage-score novelty of a rollout's hidden state in its group (RcRL appendix B.1)
+  usefulness       how much a rollout shown as an example helps the reference predict its siblings (B.2)
+  overlong         DAPO's soft overlong penalty, unstandardised (reward.overlong_penalty)
+  length_control   -log L, standardised: the length-controlled reward (reward.length_control)
 
-A term is registered with `@term("name")`: a function `(ctx, batch) -> (B, G)` raw bonus per rollout (ctx: the
-run's `BuildContext`, batch: a `TermBatch`), or a `Term` subclass when it keeps state for the checkpoint. Its
-coefficient is `reward.<name>_coef`, a field its config file adds (a subclass may name another key, `coef_key`,
-and own more keys, `keys`). The trainer standardises the bonus within each group, weights it, adds it and logs
-bonus/<name> (the raw mean); a subclass with `standardise = False` is added as it is, coef * b_i: a penalty on
-an absolute scale (DAPO's overlong penalty) must not be rescaled by its group's spread. docs/architecture.md
-section 7 has a worked example. The bonuses' math (leverage scores, NLL differences) lives in rubric_jax.rewards
-and rubric_jax.rl.reward; this module only connects them to the step.
+docs/architecture.md section 7 adds one in a worked example. The bonuses' math (leverage scores, NLL
+differences) lives in rubric_jax.rewards; this module connects it to the step.
 """
 
 from __future__ import annotations
 
-import abc
-import dataclasses
+import functools
 from typing import Any, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from rubric_jax import rewards as R
 from rubric_jax.config_checks import ConfigError
-from rubric_jax.methods.base import BuildContext
 from rubric_jax.rewards import shaping
-from rubric_jax.rewards.compiled import standardise_in_group  # one compiled program per shape
 from rubric_jax.rl import diagnostics
+from rubric_jax.rl.plugins import TERMS, Term, TermBatch, term  # noqa: F401 (TERMS: the registry, read here)
 from rubric_jax.rl.policy import truncated_rows
-from rubric_jax.rl.reward import exploration_bonuses, exploration_projection, usefulness_bonuses
 
-TERMS: dict[str, type["Term"]] = {}
-
-
-def term(name: str):
-    """Registers a reward term under `name`, weighted by reward.<name>_coef: a `Term` subclass, or a function
-    (ctx, batch) -> (B, G) bonus (returned unchanged)."""
-
-    def deco(obj):
-        if name in TERMS:
-            raise ValueError(f"two reward terms are registered as {name!r}")
-        if isinstance(obj, type) and issubclass(obj, Term):
-            cls = obj
-        else:
-            cls = type(f"{name}_term", (Term,), {"bonus": lambda self, batch: obj(self.ctx, batch),
-                                                  "__doc__": obj.__doc__})
-        cls.name = name
-        TERMS[name] = cls
-        return obj
-
-    return deco
+EXPLORATION_STREAM = 0x5EED  # folded into the run's seed: the projection's own random stream
 
 
-@dataclasses.dataclass(frozen=True)
-class TermBatch:
-    """What a term reads of one sampled batch of this process."""
-
-    records: Sequence[Any]
-    rollouts: Any  # rubric_jax.rl.policy.RolloutBatch: tokens (B*G, T), masks, prompt width
-    prompt_ids: Sequence[Sequence[int]]  # (B,) the encoded prompts
-    completions: Sequence[Sequence[int]]  # (B*G,) the completions' token ids
-    group_size: int
+def exploration_projection(seed: int, d_in: int, cfg) -> jnp.ndarray:
+    """The run's fixed projection (D, d) of pooled hidden states, drawn from `seed` alone (RcRL appendix B.1
+    projects with one fixed matrix, so bonuses of different steps live in one space). The trainer draws it
+    once from config.seed and records the seed in the checkpoint, so a resumed run uses the same matrix."""
+    key = jax.random.fold_in(jax.random.key(seed), EXPLORATION_STREAM)
+    return R.random_projection(key, d_in, cfg.exploration_dim)
 
 
-class Term(abc.ABC):
-    name = "?"
-    coef_key: str | None = None  # the config.reward key of its coefficient (None: <name>_coef)
-    keys: tuple[str, ...] = ()  # further config.reward keys this term owns
-    standardise = True  # the bonus is standardised within its group before it is weighted
-
-    def __init__(self, config, reward_cfg, ctx: BuildContext):
-        self.config, self.reward_cfg, self.ctx = config, reward_cfg, ctx
-
-    @classmethod
-    def coef_name(cls) -> str:
-        return cls.coef_key or f"{cls.name}_coef"
-
-    @property
-    def coef(self) -> float:
-        return float(self.config.reward[self.coef_name()])
-
-    @staticmethod
-    def validate(config) -> None:
-        """Checks of the term's keys, before any model loads (called when its coefficient is non-zero)."""
-
-    def weighted(self, bonus: np.ndarray) -> np.ndarray:
-        """What the term adds to each rollout's reward: coef * standardise_in_group(bonus), or coef * bonus."""
-        b = np.asarray(bonus, np.float32)
-        return self.coef * (np.asarray(standardise_in_group(jnp.asarray(b))) if self.standardise else b)
-
-    @abc.abstractmethod
-    def bonus(self, batch: TermBatch) -> np.ndarray:
-        """The raw bonus of each rollout of `batch`, (B, G)."""
-
-    def state(self) -> dict[str, Any]:
-        """The checkpoint meta keys this term adds."""
-        return {}
-
-    def set_state(self, meta: dict[str, Any]) -> None:
-        pass
+def exploration_bonuses(model, tokens_bt, mask_bt, prompt_len: int, group: int, cfg,
+                        proj_dk: jnp.ndarray) -> np.ndarray:
+    """Leverage-score novelty of each rollout's mean-pooled final hidden state, per group: (B, G).
+    proj_dk: the run's fixed projection (`exploration_projection`)."""
+    graphdef, state = nnx.split(model)
+    pooled = np.asarray(_pooled_hidden(graphdef, state, jnp.asarray(tokens_bt), jnp.asarray(mask_bt),
+                                       prompt_len=prompt_len))
+    if pooled.shape[-1] != proj_dk.shape[0]:
+        raise ValueError(f"exploration projection is {tuple(proj_dk.shape)} but hidden states have "
+                         f"{pooled.shape[-1]} features")
+    h = jnp.asarray(pooled) @ proj_dk
+    h = h.reshape(-1, group, h.shape[-1])
+    return np.asarray(jax.vmap(lambda x: R.exploration_bonus(x, cfg.exploration_lambda))(h))
 
 
-def active_terms(config) -> list[type[Term]]:
-    """The registered terms whose coefficient in config.reward is non-zero, in registration order."""
-    return [cls for cls in TERMS.values() if config.reward.get(cls.coef_name(), 0.0)]
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len"))
+def _pooled_hidden(graphdef, state, tokens_bt, mask_bt, *, prompt_len):
+    hidden, _ = nnx.merge(graphdef, state)(tokens_bt, mask_bt=mask_bt, return_hidden=True)
+    return R.mean_pool(hidden[:, prompt_len:], mask_bt[:, prompt_len:])
 
 
-def term_keys() -> set[str]:
-    """Every config.reward key a registered term owns: its coefficient's and its `keys`."""
-    return {k for cls in TERMS.values() for k in (cls.coef_name(), *cls.keys)}
+def usefulness_bonuses(score_nll, prompt_ids: Sequence[Sequence[int]], completions: Sequence[Sequence[Sequence[int]]],
+                       example_ids) -> np.ndarray:
+    """u_i = mean_{j != i}[NLL(y_j | x) - NLL(y_j | x, y_i as example)] per group: (B, G).
 
-
-def make_terms(config, reward_cfg, ctx: BuildContext) -> list[Term]:
-    """The terms with a non-zero coefficient, in registration order."""
-    return [cls(config, reward_cfg, ctx) for cls in active_terms(config)]
+    `score_nll(contexts, targets) -> per-row mean NLL` runs the reference model; `example_ids(b, y_i)`
+    builds prompt b's context that shows y_i as an example before asking the prompt again.
+    """
+    out = []
+    for b, (x, ys) in enumerate(zip(prompt_ids, completions)):
+        g = len(ys)
+        plain = np.asarray(score_nll([x] * g, ys))
+        ctx, tgt = [], []
+        for i in range(g):
+            for j in range(g):
+                ctx.append(example_ids(b, ys[i]) if i != j else x)
+                tgt.append(ys[j])
+        with_ex = np.asarray(score_nll(ctx, tgt)).reshape(g, g)
+        out.append(np.asarray(R.usefulness_bonus(jnp.asarray(plain), jnp.asarray(with_ex))))
+    return np.stack(out)
 
 
 @term("exploration")

@@ -9,9 +9,9 @@ that the files they name exist; reading the files is the loaders' job (they name
 (called by `python -m rubric_jax.main` before training) finds an unwritable workdir, and `check_records` a
 prompt file's records that name a rubric that is not there, also before the model loads.
 
-Where a component's own dataclass already validates its section (RewardConfig, JudgeConfig, LoRAConfig,
-DynamicConfig), the section is built here from the config, so there is one rule per field; the reward method
-checks its own section (`Method.validate`, rubric_jax.methods: RLMR's and RARE's settings).
+Where a component's own dataclass already validates its section (JudgeConfig, LoRAConfig, DynamicConfig), the
+section is built here from the config, so there is one rule per field; the reward method reads config.reward
+(`Method.reward_section`) and checks its own sections (`Method.validate`: rubric_jax.rl.plugins).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ COMPARISONS = ("pairwise", "listwise")  # judge.comparison: pairs of responses, 
 
 def check(config) -> dict[str, Any]:
     """Raises ConfigError for the first value of `config` that cannot run (see the module docstring); returns the
-    sections' dataclasses it built ("reward", "judge", "lora", "loss", "dynamic"; "pacing" or None), the ones the
+    sections' dataclasses it built ("reward", "judge", "lora", "loss", "dynamic"), the ones the
     run then uses (rubric_jax.rl.setup.build), so each is built from the ConfigDict in this one place.
     A value under a renamed field's old name is moved to the new one first, with a deprecation warning."""
     for note in apply_renames(config):
@@ -209,33 +209,24 @@ def mesh_axes(spec: str) -> list[tuple[str, int]]:
 
 def _sections(config) -> dict[str, Any]:
     # Imported here: these modules pull in JAX programs that `check` itself does not need.
-    from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
-    from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
-    from rubric_jax.rl.reward import judge_config, reward_config  # noqa: PLC0415
-    from rubric_jax import methods  # noqa: PLC0415
+    from rubric_jax.judge.common import comparison_problem, judge_config  # noqa: PLC0415
     from rubric_jax.judge.pairings import PAIRINGS  # noqa: PLC0415
-    from rubric_jax.methods.terms import active_terms, term_keys  # noqa: PLC0415
+    from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
+    from rubric_jax.rl import plugins  # noqa: PLC0415
+    from rubric_jax.rl.dynamic import DynamicConfig  # noqa: PLC0415
 
-    _choice(config, "reward.method", methods.method_choices())
+    _choice(config, "reward.method", plugins.method_choices())
     _choice(config, "reward.normalise", NORMALISE)
-    out = {"reward": _section(config, "reward", lambda: reward_config(config, term_keys()))}
-    for cls in active_terms(config):
+    method = plugins.get(plugins.method_name(config))
+    out = {"reward": _section(config, "reward", lambda: method.reward_section(config, plugins.term_keys()))}
+    for cls in plugins.active_terms(config):
         cls.validate(config)
     _choice(config, "judge.comparison", COMPARISONS)
     _choice(config, "judge.pairing", PAIRINGS)
     out["judge"] = _section(config, "judge", lambda: judge_config(config))
-    if config.judge.comparison == "listwise":
-        # listwise gives win rates of a group; pointwise scoring (absolute, RARE) has no group to list
-        method = config.reward.method
-        compares = method == "pairwise" or (method == "rlmr" and config.rlmr.writing == "pairwise")
-        if not compares:
-            _fail("judge.comparison", "listwise", "listwise judging gives win rates within a group: it needs "
-                  "reward.method='pairwise' (or 'rlmr' with rlmr.writing='pairwise')")
-        from rubric_jax.judge.listwise import LIST_LABELS  # noqa: PLC0415
-
-        if config.group_size > len(LIST_LABELS):
-            _fail("judge.comparison", "listwise", f"listwise prompts label responses A..Z: group_size "
-                  f"{config.group_size} is over {len(LIST_LABELS)}")
+    problem = comparison_problem(config, method.compares_in_group(config))
+    if problem:
+        _fail("judge.comparison", config.judge.comparison, problem)
     out["lora"] = _section(config, "lora", lambda: LoRAConfig(
         rank=config.lora.rank, alpha=config.lora.alpha, dropout=config.lora.dropout,
         targets=tuple(config.lora.targets)))
@@ -245,17 +236,9 @@ def _sections(config) -> dict[str, Any]:
                              max_completion_len=config.max_completion_len, importance=config.loss.importance,
                              objective=config.loss.objective, mask_truncated=bool(config.loss.mask_truncated))  # each field checked in `check`
     out["dynamic"] = _section(config, "dynamic", lambda: DynamicConfig(**config.dynamic.to_dict()))
-    out["pacing"] = None
-    if config.reward.pacing != "fixed":
-        from rubric_jax.rewards.pacing import PacingConfig  # noqa: PLC0415
-        out["pacing"] = _section(config, "pacing", lambda: PacingConfig.for_interval(config.reward.interval,
-                                                                                        **config.pacing.to_dict()))
-        if config.rubric_source != "config":
-            _fail("rubric_source", config.rubric_source, f"reward.pacing={config.reward.pacing!r} paces one rubric's "
-                                                         "curriculum: it needs rubric_source='config'")
-    # the reward method's own section (rubric_jax.methods: each method's `validate`)
-    methods.get(methods.method_name(config)).validate(config)
-    if config.reward.normalise != "sum" and not methods.get(methods.method_name(config)).sums_criteria:
+    # the reward method's own section (rubric_jax.rl.plugins.Method.validate)
+    method.validate(config)
+    if config.reward.normalise != "sum" and not method.sums_criteria:
         _fail("reward.normalise", config.reward.normalise, f"reward.method={config.reward.method!r} does not sum "
               "per-criterion rewards: per_criterion applies to pairwise, absolute and rlmr")
     return out

@@ -2,8 +2,8 @@
 
 `build(config)` loads the model and tokenizer, wraps the policy with LoRA (or trains every weight), makes the
 optimizer, the judge (on the policy's frozen base, or on `config.judge.model` loaded beside it: `load_judge`),
-the data iterator, the run's shape plan, the reward method (rubric_jax.methods: made and given the records before
-the model loads, built once it has) and the reward terms. Everything that can be rejected from the config alone
+the data iterator, the run's shape plan, the reward method (found by name through rubric_jax.rl.plugins: made
+and given the records before the model loads, built once it has) and the reward terms. Everything that can be rejected from the config alone
 is checked before the model loads (`rubric_jax.rl.preflight`, which asks the method to check its own section).
 """
 
@@ -20,17 +20,14 @@ from flax import nnx
 
 from rubric_jax.data import PromptDataset, load_jsonl
 from rubric_jax.judge import Judge
-from rubric_jax.judge.pairings import num_swiss_rounds, pairs_for
+from rubric_jax.judge.common import model_fingerprint
 from rubric_jax.models.loading import DEFAULT_MODEL, load_model, resolve_checkpoint
 from rubric_jax.models.lora import apply_lora
 from rubric_jax.models.sharding import make_mesh, shard_model
 from rubric_jax.models.tokenizer import load_tokenizer
-from rubric_jax import methods
-from rubric_jax.methods.terms import make_terms
-from rubric_jax.rl import dynamic, forward_plan, preflight
+from rubric_jax.rl import dynamic, forward_plan, plugins, preflight
 from rubric_jax.rl.hosts import Hosts
 from rubric_jax.rl.policy import Policy, PolicyConfig, make_optimizer
-from rubric_jax.rl.reward import RewardConfig, ordered_criteria
 from rubric_jax.rl.shapes import ShapePlan
 from rubric_jax.rubrics import load_rubric
 
@@ -46,17 +43,16 @@ class Setup:
     tokenizer: Any
     base: Any  # frozen base model (reference; the judge's too unless config.judge.model is set)
     policy: Policy
-    judge: Judge
+    judge: Judge | None  # the method's judge over judge_model (None unless the method asks for one)
     criteria: list
-    reward_cfg: RewardConfig
+    reward_cfg: Any  # config.reward as the method reads it (`Method.reward_section`)
     dataset: PromptDataset
     data_iter: Any
     hosts: Hosts
     base_local: Any  # the frozen base on this process' devices (the judge's and the bonuses' model)
     shapes: ShapePlan | None = None  # None: the sampler's own bucketing and untrimmed completions
-    # the reward method (rubric_jax.methods: RcRL and its baselines, per-prompt rubrics, RARE, RLMR) and the
-    # reward terms added to its rewards (rubric_jax.methods.terms: the bonuses)
-    method: methods.Method | None = None
+    # the reward method and the reward terms added to its rewards (rubric_jax.rl.plugins finds both by name)
+    method: plugins.Method | None = None
     terms: list = dataclasses.field(default_factory=list)
     dynamic: dynamic.DynamicConfig = dynamic.DynamicConfig()
     # policy_entropy of the run's first steps (diagnostics.record_entropy): the base of policy_entropy_ratio,
@@ -68,6 +64,7 @@ class Setup:
     judge_tokenizer: Any = None
     # how the update's forward was chosen when config.forward left it to the run (rl.forward_plan), else None
     forward_plan: forward_plan.ForwardPlan | None = None
+    judge_id: str = ""  # the judge model's fingerprint (the checkpoint's record of who rewarded the steps)
 
     @property
     def judge_apart(self) -> bool:
@@ -111,12 +108,10 @@ def build(config) -> Setup:
     # The prompt file and every rubric are read before a model file is opened: a bad line or a misspelled name
     # is reported in the first seconds, not after a load that takes minutes for a 4B checkpoint.
     reward_cfg = sections["reward"]
+    method_cls = plugins.get(plugins.method_name(config))
     default_rubric = load_rubric(config.rubric) if config.rubric else None
-    criteria = ordered_criteria(default_rubric, reward_cfg) if default_rubric is not None else []
-    method = methods.make(config, reward_cfg, criteria, default_rubric)
-    if method.needs_judge() and config.rubric_source == "config" and not criteria:
-        raise preflight.ConfigError(f"config.rubric is empty: reward.method={reward_cfg.method!r} judges with a "
-                                   f"rubric")
+    criteria = method_cls.criteria_of(default_rubric, reward_cfg) if default_rubric is not None else []
+    method = method_cls(config, reward_cfg, criteria, default_rubric)
     records = select_tasks(load_jsonl(config.data.path), config.data.task, config.data.path)
     if config.data.with_constraints:
         records = [r for r in records if r.constraints]
@@ -156,7 +151,9 @@ def build(config) -> Setup:
     base_graph, base_state = nnx.split(base)
     base_local = nnx.merge(base_graph, hosts.local(base_state)) if hosts.multi else base
     judge_model, judge_tokenizer = load_judge(config, name, base_local, tokenizer, hosts)
-    judge = Judge(judge_model, judge_tokenizer, sections["judge"], max_response_tokens=config.judge.max_response_tokens)
+    judge_id = model_fingerprint(judge_model)
+    judge = Judge(judge_model, judge_tokenizer, sections["judge"], model_id=judge_id,
+                  max_response_tokens=config.judge.max_response_tokens) if method.needs_judge() else None
     # One prompt width for the whole run (one sampler program): the rung of the longest prompt it can draw, or
     # max_prompt_len (config.prompt_width).
     encode = lambda r: encode_prompt(tokenizer, r, config.max_prompt_len)[0]  # noqa: E731
@@ -164,7 +161,7 @@ def build(config) -> Setup:
                              [len(encode(r)) for r in dataset.records], width=config.prompt_width)
     log.info("shapes: prompt width %d (ladder %s), completion ladder %s", shapes.prompt_width,
              shapes.prompt_ladder, shapes.completion_ladder)
-    hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records), judge.model_id),
+    hosts.same((shapes.prompt_width, [c.id for c in criteria], len(dataset.records), judge_id),
                "the run's settings")
     plan = None
     if forward_plan.AUTO in (config.forward.remat, config.forward.attention):
@@ -178,11 +175,11 @@ def build(config) -> Setup:
         hosts.same((plan.remat, plan.attention), "the update's forward (config.forward auto)")
     setup = Setup(config, tokenizer, base, policy, judge, criteria, reward_cfg, dataset, dataset.iterator(), hosts,
                   base_local, shapes, method, dynamic=sections["dynamic"],
-                  judge_model=judge_model, judge_tokenizer=judge_tokenizer, forward_plan=plan)
-    ctx = methods.BuildContext(config, tokenizer, base_local, judge, judge_model, judge_tokenizer, dataset.records,
-                               hosts, encode, setup.local_policy)
+                  judge_model=judge_model, judge_tokenizer=judge_tokenizer, forward_plan=plan, judge_id=judge_id)
+    ctx = plugins.BuildContext(config, tokenizer, base_local, judge, judge_model, judge_tokenizer, dataset.records,
+                               hosts, encode, setup.local_policy, judge_id)
     method.build(ctx)
-    setup.terms = make_terms(config, reward_cfg, ctx)
+    setup.terms = plugins.make_terms(config, reward_cfg, ctx)
     return setup
 
 
@@ -226,7 +223,7 @@ def _same_checkpoint(a: str, b: str) -> bool:
 def judge_record(setup: Setup) -> dict:
     """What the checkpoint's meta keeps of the judge: the config's judge.model ("" = the policy) and the
     weights' fingerprint, so a resume with another judge (a reward that changed mid-run) can say so."""
-    return {"model": setup.config.judge.model, "id": setup.judge.model_id}
+    return {"model": setup.config.judge.model, "id": setup.judge_id}
 
 
 def select_tasks(records, tasks: str, source: str):
@@ -259,13 +256,6 @@ CPU_TOKENS_PER_STEP = 4096
 CPU_PARAMS = 1_000_000_000
 
 
-def pairs_per_group(pairing: str, g: int, k: int = 1) -> int:
-    """Unordered pairs the judge compares in a group of g (Swiss: its rounds of floor(g/2) pairs)."""
-    if pairing == "swiss":
-        return num_swiss_rounds(g) * (g // 2)
-    return len(pairs_for(pairing, g, k=k))
-
-
 def run_summary(setup: Setup) -> tuple[list[str], str | None]:
     """Lines printed when a run starts (backend, devices, model size, the per-step volume of rollouts and
     judgments) and a warning when the backend cannot run the config in reasonable time (None if it can)."""
@@ -284,24 +274,9 @@ def run_summary(setup: Setup) -> tuple[list[str], str | None]:
              f"per step: {cfg.prompts_per_step} prompt(s) x {cfg.group_size} rollouts = {rollouts} completions of "
              f"<= {cfg.max_completion_len} tokens (<= {tokens} sampled tokens), micro-batches of "
              f"{cfg.loss.micro_batch_size}"]
-    method = setup.reward_cfg.method
-    c = len(setup.criteria)
-    if method == "pairwise" and c and cfg.judge.comparison == "listwise":
-        k = cfg.group_size  # presentations per group: a Latin square of G orders (rubric_jax.judge.listwise)
-        lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {k} presentations of all {cfg.group_size} "
-                     f"responses x <= {c} criteria = <= {cfg.prompts_per_step * k * c} listwise verdicts "
-                     f"({cfg.judge.mode} mode)")
-    elif method == "pairwise" and c:
-        pairs = pairs_per_group(cfg.judge.pairing, cfg.group_size)
-        q = 2 if cfg.judge.questions == "both" else 1  # "both": each pair asked which is better and which worse
-        asked = " x 2 questions" if q == 2 else ""
-        lines.append(f"judge per step: {cfg.prompts_per_step} group(s) x {pairs} pairs x 2 orders{asked} x <= {c} "
-                     f"criteria = <= {cfg.prompts_per_step * pairs * 2 * q * c} verdicts ({cfg.judge.mode} mode)")
-    elif c and (method == "absolute" or (method == "rlmr" and cfg.rlmr.writing in ("absolute", "pairwise"))):
-        lines.append(f"judge per step: {rollouts} responses x {c} criteria = {rollouts * c} scores "
-                     f"({cfg.judge.mode} mode)")
-    elif method == "rare":
-        lines.append(f"judge per step: {rollouts} responses x each prompt's criteria ({cfg.rare.score_mode} mode)")
+    line = setup.method.summary_line()  # the judge's work per step, as the method counts it
+    if line:
+        lines.append(line)
     warning = None
     judge_params = _params(setup.judge_model)[0] if setup.judge_apart else 0
     if jax.default_backend() == "cpu" and (tokens > CPU_TOKENS_PER_STEP or max(params, judge_params) > CPU_PARAMS):
@@ -332,11 +307,4 @@ def judge_line(setup: Setup) -> str:
                 f"{nbytes / 2 ** 20:.1f} MiB of weights, its own tokenizer)")
     else:
         line = f"judge: the policy's frozen base ({_model_name_quiet(cfg)}, self-judging: no second copy)"
-    if cfg.reward.method == "rlmr" and cfg.rlmr.writing == "none":
-        # no writing score: the model above judges only the constraints that no program can check
-        line = ("judge: none; the reward is the constraint programs' verdicts (rlmr.writing='none', "
-                "rlmr.verifier='program')" if cfg.rlmr.verifier == "program" else
-                line.replace("judge: ", "judge (constraints without a program only, rlmr.writing='none'): ", 1))
-    if cfg.reward.method == "rare" and cfg.rare.judge.startswith("openai:"):
-        line += f"; RARE's scores come from {cfg.rare.judge} (rare.judge)"
-    return line
+    return setup.method.judge_line(cfg, line)

@@ -1,7 +1,7 @@
 """The GRPO training loop: sample -> judge -> reward -> advantages -> update -> log -> save.
 
-`train(config, workdir)` is the whole job. The reward is the method's (rubric_jax.methods, found by name from
-the config: the trainer never asks which one it holds) plus the reward terms (rubric_jax.methods.terms). Everything random is derived from (config.seed, step), and the data iterator's state,
+`train(config, workdir)` is the whole job. The reward is the method's (found by name from the config through
+rubric_jax.rl.plugins: the trainer never asks which one it holds) plus the reward terms'. Everything random is derived from (config.seed, step), and the data iterator's state,
 the trained parameters (LoRA adapters, or every weight with finetune="full"), the optimizer state and the method's
 state are checkpointed together, so a killed run restarted with the same command continues exactly where it
 stopped.
@@ -26,9 +26,7 @@ import numpy as np
 
 from rubric_jax import progress as inner_progress
 from rubric_jax.rewards.compiled import advantages, zero_spread_mask
-from rubric_jax.methods import RewardBatch
-from rubric_jax.methods.base import checked
-from rubric_jax.methods.terms import TermBatch
+from rubric_jax.rl.plugins import RewardBatch, TermBatch, checked
 from rubric_jax.rl import diagnostics, dynamic
 from rubric_jax.rl.checkpoint import Checkpointer, SaveFailedError
 from rubric_jax.rl.hosts import merge_rows
@@ -299,7 +297,7 @@ def step_metrics(setup: Setup, pooled: dict[str, Any], adv_all: np.ndarray, umet
 
 
 def add_terms(setup: Setup, r_bg, batch: TermBatch, rows: dict[str, Any]) -> np.ndarray:
-    """Adds each reward term's weighted bonus (`Term.weighted`: rubric_jax.methods.terms) to this process' rewards;
+    """Adds each reward term's weighted bonus (`Term.weighted`: rubric_jax.rl.plugins) to this process' rewards;
     the raw bonuses go to `rows` (bonus_<name>)."""
     for term in setup.terms:
         bonus = term.bonus(batch)
@@ -471,7 +469,7 @@ def _meta(setup: Setup, done: int, data_state: dict, method_snapshot=_CURRENT) -
     the arrays' shapes depend on, workdir.run_record).
     `method_snapshot`: the method's snapshot from before an interrupted step (default its current state)."""
     meta = {"step": done, "data": data_state, "skipped_updates": setup.policy.total_bad_steps,
-            "criteria": [c.id for c in setup.criteria], "judge": judge_record(setup),
+            "judge": judge_record(setup),
             "run": run_record(setup.config)}  # what a resume must keep (workdir.check_resume, check_prompts)
     method = setup.method
     meta.update(method.state() if method_snapshot is _CURRENT else method.state(method_snapshot))

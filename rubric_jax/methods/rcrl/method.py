@@ -22,20 +22,72 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax.methods.base import BuildContext, Method, RewardBatch, RewardOut, register
+from rubric_jax.config_checks import ConfigError, fail, section
+from rubric_jax.judge.common import judge_config
+from rubric_jax.judge.pairings import pairs_per_group
 from rubric_jax.methods.rcrl import pacing_phase
-from rubric_jax.rl.reward import judge_config, judge_metrics, judge_rewards, reachable_criteria, step_weights
+from rubric_jax.methods.rcrl.reward import (SharedRewardSection, judge_metrics, judge_rewards, reachable_criteria,
+                                            step_weights)
+from rubric_jax.rl.plugins import BuildContext, Method, RewardBatch, RewardOut, register
+
+
+def validate_pacing(config) -> None:
+    """reward.pacing "auto" / "monitor": the pacing section, and one rubric to pace (rubric_source='config')."""
+    if config.reward.pacing == "fixed":
+        return
+    from rubric_jax.rewards.pacing import PacingConfig  # noqa: PLC0415
+
+    section(config, "pacing", lambda: PacingConfig.for_interval(config.reward.interval, **config.pacing.to_dict()))
+    if config.rubric_source != "config":
+        fail("rubric_source", config.rubric_source, f"reward.pacing={config.reward.pacing!r} paces one rubric's "
+                                                    "curriculum: it needs rubric_source='config'")
+
+
+def judge_summary(config, criteria) -> str | None:
+    """The start-up line that counts the judge's verdicts per step for the config's rubric (None without one)."""
+    c, g, b = len(criteria), config.group_size, config.prompts_per_step
+    if not c:
+        return None
+    if config.reward.method == "pairwise" and config.judge.comparison == "listwise":
+        # presentations per group: a Latin square of G orders (rubric_jax.judge.listwise)
+        return (f"judge per step: {b} group(s) x {g} presentations of all {g} responses x <= {c} criteria = "
+                f"<= {b * g * c} listwise verdicts ({config.judge.mode} mode)")
+    if config.reward.method == "pairwise":
+        pairs = pairs_per_group(config.judge.pairing, g)
+        q = 2 if config.judge.questions == "both" else 1  # "both": each pair asked which is better and which worse
+        asked = " x 2 questions" if q == 2 else ""
+        return (f"judge per step: {b} group(s) x {pairs} pairs x 2 orders{asked} x <= {c} criteria = "
+                f"<= {b * pairs * 2 * q * c} verdicts ({config.judge.mode} mode)")
+    return f"judge per step: {b * g} responses x {c} criteria = {b * g * c} scores ({config.judge.mode} mode)"
 
 
 @register("rubric")
-class RubricMethod(Method):
+class RubricMethod(SharedRewardSection, Method):
     """Weights for the step from the schedule; rewards from the judge over the active criteria."""
+    reward_methods = ("pairwise", "absolute")
     sums_criteria = True
+
+    @classmethod
+    def runs(cls, config) -> bool:
+        return super().runs(config) and config.rubric_source == "config"
+
+    @staticmethod
+    def validate(config) -> None:
+        validate_pacing(config)
+
+    @classmethod
+    def compares_in_group(cls, config) -> bool:
+        return config.reward.method == "pairwise"
 
     def needs_judge(self) -> bool:
         return True
 
+    def summary_line(self) -> str | None:
+        return judge_summary(self.config, self.criteria)
+
     def prepare(self, records: list) -> list:
+        if not self.criteria:
+            raise ConfigError(f"config.rubric is empty: reward.method={self.reward_cfg.method!r} judges with a rubric")
         self.pacing = None
         self.pacing_judge = None
         self.weights = None
@@ -90,14 +142,15 @@ class RubricMethod(Method):
     def metrics(self, rows: dict[str, Any], adv_bg, picked) -> dict[str, float]:
         return judge_metrics(rows["judge"], self.criteria, self.weights, self.reward_cfg)
 
-    # pacing is the only state: the arrivals so far and the base answers ("pacing" in the checkpoint's meta)
+    # the criteria's ids in curriculum order, and the pacing: the arrivals so far and the base answers
     def snapshot(self):
         return None if self.pacing is None else pacing_phase.snapshot(self.pacing)
 
     def state(self, snap=None) -> dict[str, Any]:
-        if self.pacing is None:
-            return {}
-        return {"pacing": pacing_phase.state_dict(self.pacing, snap)}
+        out = {"criteria": [c.id for c in self.criteria]}
+        if self.pacing is not None:
+            out["pacing"] = pacing_phase.state_dict(self.pacing, snap)
+        return out
 
     def set_state(self, meta: dict[str, Any], where: str) -> None:
         if self.pacing is not None:

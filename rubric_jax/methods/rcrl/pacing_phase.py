@@ -92,7 +92,7 @@ class PacingRuntime:
 
     cfg: P.PacingConfig
     heldout: HeldOut
-    criteria: list  # in curriculum order (rubric_jax.rl.reward.ordered_criteria)
+    criteria: list  # in curriculum order (rubric_jax.methods.rcrl.reward.ordered_criteria)
     prompt_ids: list  # the held-out prompts encoded for the policy
     generate: Generate
     max_new_tokens: int

@@ -1,4 +1,4 @@
-"""The reward phase of a training step: judge the rollouts, turn verdicts into one reward per rollout.
+"""RcRL's reward: judge the rollouts on the active criteria, turn the verdicts into one reward per rollout.
 
 Covers RcRL and every baseline of Table 3 of "Rubric Curriculum RL: Exploiting the Generation-Verification
 Gap in Non-Verifiable Domains" through four switches (math: docs/method.md):
@@ -7,7 +7,9 @@ Gap in Non-Verifiable Domains" through four switches (math: docs/method.md):
   weighting    emphasis (newest active criterion gets alpha) or equal
   dropout      each step every criterion dropped with probability q, at least one kept
 plus the criteria order (the paper's, or a seeded permutation) and the two bonuses (exploration,
-usefulness), standardised within the group and added with their own coefficients.
+usefulness: rubric_jax.methods.terms), standardised within the group and added with their own coefficients.
+The per-prompt rubrics and RLMR's writing reward read their verdicts through the same functions, and every
+built-in method reads config.reward as `RewardConfig` (`SharedRewardSection`).
 
 Only active, kept criteria are sent to the judge: a curriculum's early steps cost a fraction of the
 full rubric. The math lives in rubric_jax.rewards; this module only feeds it.
@@ -16,25 +18,20 @@ full rubric. The math lives in rubric_jax.rewards; this module only feeds it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from rubric_jax import rewards as R
 from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.rewards.pacing import PACING_MODES
 from rubric_jax.rewards.shaping import NORMALISE, criterion_shares, per_criterion_reward
-from rubric_jax.judge.common import JudgeConfig
 from rubric_jax.rubrics import Criterion, Rubric
 
 
 @dataclasses.dataclass(frozen=True)
 class RewardConfig:
-    method: str = "pairwise"  # pairwise | absolute | rare | rlmr | any registered: rubric_jax.methods.method_name
+    method: str = "pairwise"  # pairwise | absolute | rare | rlmr | any registered: rubric_jax.rl.plugins.method_name
     curriculum: bool = True
     interval: int = 100  # steps between criterion introductions
     weighting: str = "emphasis"  # emphasis | equal
@@ -55,7 +52,7 @@ class RewardConfig:
     normalise: str = "sum"
 
     def __post_init__(self):
-        # which names exist is the method registry's to say (rubric_jax.methods.method_choices; preflight.check)
+        # which names exist is the method registry's to say (rubric_jax.rl.plugins.method_choices; preflight.check)
         if not isinstance(self.method, str) or not self.method:
             raise ValueError(f"reward.method must name a reward method, got {self.method!r}")
         if self.method in ("rare", "rlmr") and (self.curriculum or self.dropout_q):
@@ -86,7 +83,7 @@ class RewardConfig:
 
 def reward_config(config, term_keys=()) -> RewardConfig:
     """RewardConfig from config.reward. A key RewardConfig does not declare must be one a registered reward term
-    owns (`term_keys`: rubric_jax.methods.terms.term_keys(), its coefficient reward.<term>_coef and its own
+    owns (`term_keys`: rubric_jax.rl.plugins.term_keys(), its coefficient reward.<term>_coef and its own
     settings); the terms read those."""
     fields = {f.name for f in dataclasses.fields(RewardConfig)}
     values = config.reward.to_dict()
@@ -107,13 +104,18 @@ def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
     return crits
 
 
-def judge_config(config, **over) -> JudgeConfig:
-    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself).
-    JudgeConfig carries judge.comparison='listwise' as its pairing 'listwise' (`pairwise_batch` hands it over)."""
-    j = config.judge
-    pairing = "listwise" if j.get("comparison") == "listwise" else j.pairing
-    fields = dict(mode=j.mode, pairing=pairing, questions=j.questions, worse_weight=float(j.worse_weight))
-    return JudgeConfig(**{**fields, **over})
+class SharedRewardSection:
+    """Mixed into every built-in method (before rubric_jax.rl.plugins.Method): config.reward read as
+    `RewardConfig`, its unknown keys refused unless a reward term owns them, and the config rubric's criteria in
+    curriculum order."""
+
+    @classmethod
+    def reward_section(cls, config, term_keys) -> RewardConfig:
+        return reward_config(config, term_keys)
+
+    @classmethod
+    def criteria_of(cls, rubric: Rubric, reward_cfg: RewardConfig) -> list[Criterion]:
+        return ordered_criteria(rubric, reward_cfg)
 
 
 def reachable_criteria(criteria: Sequence[Criterion], cfg: RewardConfig, steps: int) -> list[Criterion]:
@@ -278,59 +280,3 @@ def judge_metrics(rows: dict[str, Any], criteria: Sequence[Criterion], weights_c
     metrics |= criterion_metrics([ids] * len(per_c), [g[:, active] for g in per_c], [weights_c[active]] * len(per_c),
                                  cfg.normalise)
     return metrics | health_metrics(health)
-
-
-# ---------------------------------------------------------------------------------------------
-# Bonuses (RcRL paper appendix B; docs/method.md)
-
-EXPLORATION_STREAM = 0x5EED  # folded into the run's seed: the projection's own random stream
-
-
-def exploration_projection(seed: int, d_in: int, cfg: RewardConfig) -> jnp.ndarray:
-    """The run's fixed projection (D, d) of pooled hidden states, drawn from `seed` alone (RcRL appendix B.1
-    projects with one fixed matrix, so bonuses of different steps live in one space). The trainer draws it
-    once from config.seed and records the seed in the checkpoint, so a resumed run uses the same matrix."""
-    key = jax.random.fold_in(jax.random.key(seed), EXPLORATION_STREAM)
-    return R.random_projection(key, d_in, cfg.exploration_dim)
-
-
-def exploration_bonuses(model, tokens_bt, mask_bt, prompt_len: int, group: int, cfg: RewardConfig,
-                        proj_dk: jnp.ndarray) -> np.ndarray:
-    """Leverage-score novelty of each rollout's mean-pooled final hidden state, per group: (B, G).
-    proj_dk: the run's fixed projection (`exploration_projection`)."""
-    graphdef, state = nnx.split(model)
-    pooled = np.asarray(_pooled_hidden(graphdef, state, jnp.asarray(tokens_bt), jnp.asarray(mask_bt),
-                                       prompt_len=prompt_len))
-    if pooled.shape[-1] != proj_dk.shape[0]:
-        raise ValueError(f"exploration projection is {tuple(proj_dk.shape)} but hidden states have "
-                         f"{pooled.shape[-1]} features")
-    h = jnp.asarray(pooled) @ proj_dk
-    h = h.reshape(-1, group, h.shape[-1])
-    return np.asarray(jax.vmap(lambda x: R.exploration_bonus(x, cfg.exploration_lambda))(h))
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len"))
-def _pooled_hidden(graphdef, state, tokens_bt, mask_bt, *, prompt_len):
-    hidden, _ = nnx.merge(graphdef, state)(tokens_bt, mask_bt=mask_bt, return_hidden=True)
-    return R.mean_pool(hidden[:, prompt_len:], mask_bt[:, prompt_len:])
-
-
-def usefulness_bonuses(score_nll, prompt_ids: Sequence[Sequence[int]], completions: Sequence[Sequence[Sequence[int]]],
-                       example_ids) -> np.ndarray:
-    """u_i = mean_{j != i}[NLL(y_j | x) - NLL(y_j | x, y_i as example)] per group: (B, G).
-
-    `score_nll(contexts, targets) -> per-row mean NLL` runs the reference model; `example_ids(b, y_i)`
-    builds prompt b's context that shows y_i as an example before asking the prompt again.
-    """
-    out = []
-    for b, (x, ys) in enumerate(zip(prompt_ids, completions)):
-        g = len(ys)
-        plain = np.asarray(score_nll([x] * g, ys))
-        ctx, tgt = [], []
-        for i in range(g):
-            for j in range(g):
-                ctx.append(example_ids(b, ys[i]) if i != j else x)
-                tgt.append(ys[j])
-        with_ex = np.asarray(score_nll(ctx, tgt)).reshape(g, g)
-        out.append(np.asarray(R.usefulness_bonus(jnp.asarray(plain), jnp.asarray(with_ex))))
-    return np.stack(out)

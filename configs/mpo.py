@@ -11,7 +11,8 @@ Expect the same revision steps as configs/rare_task.py, rare/revision_accepted e
 writer succeeded, and a larger |rare/revision_mean_shift| than RARE's (nothing bounds it).
 """
 
-from rubric_jax.config_base import base_config, finalize, rare_overrides, rare_tiny, task_level_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rare import rare_overrides, rare_tiny, task_level_tiny
 
 
 def get_config(arg=None):

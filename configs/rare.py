@@ -14,7 +14,8 @@ near 1 (replacements reopen differences), and rubrics.jsonl / texts.jsonl in the
 replacement with the scores before and after.
 """
 
-from rubric_jax.config_base import base_config, finalize, rare_overrides, rare_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rare import rare_overrides, rare_tiny
 
 
 def get_config(arg=None):

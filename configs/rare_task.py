@@ -16,7 +16,8 @@ its reason) and rubrics.jsonl the accepted versions. :tiny trains one video type
 4 steps: 12 distinct queries by step 2, so one revision is attempted there and applies at step 3.
 """
 
-from rubric_jax.config_base import base_config, finalize, rare_overrides, rare_tiny, task_level_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rare import rare_overrides, rare_tiny, task_level_tiny
 
 
 def get_config(arg=None):

@@ -15,7 +15,8 @@ criteria alone) to rise. texts.jsonl lists, per group and step, the criteria wri
 std and why) and kept.
 """
 
-from rubric_jax.config_base import base_config, finalize, rare_overrides, rare_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rare import rare_overrides, rare_tiny
 
 
 def get_config(arg=None):

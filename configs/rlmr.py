@@ -16,7 +16,8 @@ that has violators, verifier_pass/<type> per constraint type, and dynamic/kept_f
 keeps most constraints.
 """
 
-from rubric_jax.config_base import base_config, finalize, rlmr_overrides, rlmr_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rlmr import rlmr_overrides, rlmr_tiny
 
 
 def get_config(arg=None):

@@ -14,7 +14,8 @@ Expect RLMR's figures (rlmr/violate_frac, rlmr/violator_adv_max < 0) as in confi
 and clip_frac counting the tokens whose weight sits at the bound (0 at num_iterations=1, where every ratio is 1).
 """
 
-from rubric_jax.config_base import base_config, finalize, rlmr_overrides, rlmr_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rlmr import rlmr_overrides, rlmr_tiny
 
 
 def get_config(arg=None):

@@ -10,7 +10,8 @@ Same data, judge, verifier and dynamic sampling as configs/rlmr.py; only the mix
 penalty, nothing guarantees a violator a negative advantage: compare rlmr/violator_adv_max with rlmr's.
 """
 
-from rubric_jax.config_base import base_config, finalize, rlmr_overrides, rlmr_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rlmr import rlmr_overrides, rlmr_tiny
 
 
 def get_config(arg=None):

@@ -11,7 +11,8 @@ rlmr/flipped_frac reports the share of flags flipped (about 0.1); rlmr/violate_f
 flags the update saw, and verifier_pass/<type> on the verifier's own verdicts.
 """
 
-from rubric_jax.config_base import base_config, finalize, rlmr_overrides, rlmr_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rlmr import rlmr_overrides, rlmr_tiny
 
 
 def get_config(arg=None):

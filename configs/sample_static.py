@@ -8,7 +8,8 @@ Expect reward/mean to climb towards 1 and more and more groups with zero spread 
 as the policy satisfies its queries' criteria: the saturation RARE's replacements are meant to undo.
 """
 
-from rubric_jax.config_base import base_config, finalize, rare_overrides, rare_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rare import rare_overrides, rare_tiny
 
 
 def get_config(arg=None):

@@ -8,7 +8,8 @@ record's task), fixed for the whole run.
 Expect reward/mean to climb; the shared rubric is coarser than per-query ones, so groups saturate sooner.
 """
 
-from rubric_jax.config_base import base_config, finalize, rare_overrides, rare_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rare import rare_overrides, rare_tiny
 
 
 def get_config(arg=None):

@@ -9,7 +9,8 @@ The judge still scores writing (rlmr/writing_mean is logged) so the baseline's c
 off; expect dynamic/kept_frac well below 1, since many groups all pass or all fail.
 """
 
-from rubric_jax.config_base import base_config, finalize, rlmr_overrides, rlmr_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rlmr import rlmr_overrides, rlmr_tiny
 
 
 def get_config(arg=None):

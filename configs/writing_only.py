@@ -9,7 +9,8 @@ The paper's finding to look for: with writing reward alone, constraint keeping d
 stays flat or rises) while the writing score climbs.
 """
 
-from rubric_jax.config_base import base_config, finalize, rlmr_overrides, rlmr_tiny
+from rubric_jax.config_base import base_config, finalize
+from rubric_jax.methods.rlmr import rlmr_overrides, rlmr_tiny
 
 
 def get_config(arg=None):

@@ -28,6 +28,20 @@ from ml_collections import config_dict
 from rubric_jax.models.lora import ALL_TARGETS
 
 
+def method_sections() -> dict[str, dict]:
+    """Each registered reward method's own config sections with their defaults (`Method.config_sections`)."""
+    from rubric_jax.rl import plugins  # noqa: PLC0415
+
+    plugins.load_plugins()
+    out: dict[str, dict] = {}
+    for cls in plugins.METHODS.values():
+        for name, fields in cls.config_sections().items():
+            if name in out:
+                raise ValueError(f"two reward methods declare the config section {name!r}")
+            out[name] = fields
+    return out
+
+
 def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.model = ""  # HF checkpoint dir / .gguf / embedded name; "" = the embedded SmolLM2 (logged)
@@ -108,40 +122,12 @@ def base_config() -> ml_collections.ConfigDict:
         normalise="sum", overlong_penalty=0.0, overlong_buffer=64, length_control=0.0,
         pacing="fixed"))  # fixed: one criterion every `interval` steps | auto: when held-out quality plateaus |
     # monitor: the fixed schedule, with auto's held-out readings logged (to compare the two)
-    # reward.pacing="auto" (rubric_jax.rewards.pacing; docs/method.md): every `every` steps the policy's greedy
-    # answers to `prompts` held-out prompts meet the base's on the newest criterion; the next criterion arrives
-    # when that win rate gained <= epsilon over the last `window` readings, between min_interval and
-    # max_interval steps after the previous one. 0 = scaled from reward.interval (100: 10, 3, 50, 200).
-    c.pacing = ml_collections.ConfigDict(dict(every=0, window=0, epsilon=0.02, min_interval=0, max_interval=0,
-                                              prompts=16, seed=0))
-    # RLMR (reward.method="rlmr"; docs/method.md §4): writing reward + constraint verifier, mixed per group.
-    c.rlmr = ml_collections.ConfigDict(dict(
-        writing="absolute",  # absolute (judge's pointwise rubric score) | pairwise (win rate) | reward_model | none (0)
-        mix="penalty",  # penalty (the group penalty delta) | linear (a * r + b * pass)
-        gamma=0.1, linear_a=1.0, linear_b=1.0,
-        verifier="auto",  # auto (program where one exists, else the LLM) | program | llm | both
-        reward_model="", reward_model_batch=8))
+    # Each reward method adds its own sections with their defaults (`Method.config_sections`: RcRL's pacing,
+    # RLMR's rlmr, RARE's rare), so a method's settings live beside its code (rubric_jax.methods).
+    for name, fields in method_sections().items():
+        c[name] = ml_collections.ConfigDict(fields)
     # DAPO dynamic sampling (rubric_jax/rl/dynamic.py), any method: drop groups without reward spread, refill.
     c.dynamic = ml_collections.ConfigDict(dict(enabled=False, oversample=1, max_rounds=2, min_spread=1e-6))
-    # RARE (reward.method="rare"; docs/method.md §3): integer scores, saturated-criterion replacement.
-    c.rare = ml_collections.ConfigDict(dict(
-        # sample (replace saturated criteria) | static (score only) | task (revise each task's shared rubric
-        # at `revisions` evenly spaced steps) | mpo (task-level refinement without the acceptance test) |
-        # rler (per-query pool of written criteria ranked by within-group std, beside the initial ones)
-        level="sample",
-        direction="negative",  # negative | positive | mixed
-        budget=3,  # B: at most this many criteria replaced per group
-        score_mode="hard",  # hard (argmax over the allowed digits) | generate (rationale, then "Score: N")
-        min_score_mass=0.5,  # hard: unreadable when the allowed digits hold less next-token probability
-        retry=True,  # an unreadable score is read once more in generate mode with its own seed
-        retry_max_new_tokens=64,
-        writer="local",  # local (the frozen base, JSON-schema-constrained) | openai:MODEL@BASE_URL
-        writer_attempts=3, writer_temperature=0.2, writer_max_response_tokens=384, writer_max_new_tokens=1024,
-        # the training judge: local (the frozen base through our forward) | openai:MODEL@BASE_URL (generate
-        # mode over HTTP; key from OPENAI_API_KEY)
-        judge="local", judge_max_new_tokens=256, judge_timeout_s=120.0, judge_concurrency=16,
-        revisions=5,  # task | mpo: revision points, evenly spaced
-        rler_new=3, rler_pool=5, rler_max_points=3))  # rler: criteria written per visit (1-5), pool size, scale
     c.checkpoint = ml_collections.ConfigDict(dict(every=50, keep=3))
     c.tensorboard = True
     c.profile_steps = -1  # a step index (or "3,5") to trace with jax.profiler into workdir/profile
@@ -168,64 +154,11 @@ def tiny_overrides(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.forward.attention = "plain"
     c.judge.max_response_tokens = 32
     c.reward.interval = 1
-    c.pacing.prompts = 2
     c.checkpoint.every = 1
-    return c
+    from rubric_jax.rl import plugins  # noqa: PLC0415
 
-
-def rare_overrides(c: ml_collections.ConfigDict, *, level: str, source: str) -> ml_collections.ConfigDict:
-    """RARE's setting ("RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation",
-    appendix "Training and Rubric Evolution"): the bundled script requests, integer rubric scores, G = 8,
-    32 queries per step, GRPO advantages normalised by the group's std, a token-mean PPO loss clipped at 0.2
-    with dual clip 3, k3 KL 0.001, lr 1e-6. The paper trains full parameters: --config.finetune=full
-    --config.dtype=float32 does so; the default trains LoRA adapters."""
-    c.data.path = "scripts"
-    c.rubric = ""  # every bundled script record carries its rubric; "task" uses its type's shared rubric
-    c.rubric_source = source
-    c.reward.method = "rare"
-    c.reward.curriculum = False
-    c.reward.weighting = "equal"
-    c.rare.level = level
-    c.prompts_per_step = 32
-    c.group_size = 8
-    c.loss.micro_batch_size = 8
-    c.sampling.temperature = 1.0  # the RARE paper samples its scripts at temperature 1.0
-    c.max_prompt_len = 1024
-    c.max_completion_len = 2048
-    c.judge.max_response_tokens = 2048
-    c.optim.lr = 1e-6
-    c.optim.warmup_steps = 0
-    c.optim.schedule = "constant"
-    c.loss.advantage = "grpo"
-    c.loss.aggregation = "token_mean"
-    c.loss.eps_low = c.loss.eps_high = 0.2
-    c.loss.dual_clip = 3.0
-    c.loss.kl_coef = 0.001
-    c.loss.kl_kind = "k3"
-    c.steps = 6  # two epochs (the paper's length) of the 90 bundled training requests at 32 per step
-    return c
-
-
-def rlmr_overrides(c: ml_collections.ConfigDict, *, mix: str = "penalty", a: float = 1.0,
-                   b: float = 1.0) -> ml_collections.ConfigDict:
-    """RLMR and its baselines (docs/method.md §4): the bundled creative-writing prompts that carry constraints,
-    the self-judge's pointwise score on one holistic writing criterion as the writing reward, the verifier, GRPO advantages and dynamic
-    sampling; `mix`, `a`, `b` pick the method (penalty) or a fixed linear weighting a * r + b * pass."""
-    c.data.with_constraints = True
-    c.rubric = "writing_quality"  # one holistic score per response, as RLMR's writing reward model gives
-    c.reward.method = "rlmr"
-    c.reward.curriculum = False
-    c.reward.weighting = "equal"
-    c.rlmr.mix = mix
-    c.rlmr.linear_a, c.rlmr.linear_b = a, b
-    c.loss.advantage = "grpo"
-    c.loss.aggregation = "token_mean"
-    c.dynamic.enabled = True
-    c.dynamic.max_rounds = 2
-    c.prompts_per_step = 8  # several groups per step, so dynamic sampling has groups to choose between
-    c.loss.micro_batch_size = 8
-    c.sampling.temperature = 1.0  # the RLMR paper gives no temperature: GRPO's usual 1.0
-    c.steps = 500
+    for cls in plugins.METHODS.values():  # each method's own sections (RcRL: 2 held-out pacing prompts)
+        cls.tiny_sections(c)
     return c
 
 
@@ -266,6 +199,8 @@ def ifeval_verified(c: ml_collections.ConfigDict, verifier: str) -> ml_collectio
     """The reward of the IFEval learning configs that read one verdict per instruction: RLMR's verifier alone
     (linear mix a = 0, b = 1, no writing reward), 1 when every instruction of the prompt is kept, else 0.
     verifier: "program" (IFEval's checkers) or "llm" (the run's judge reads each instruction's sentence)."""
+    from rubric_jax.methods.rlmr import rlmr_overrides  # noqa: PLC0415
+
     c = rlmr_overrides(c, mix="linear", a=0.0, b=1.0)
     c.rlmr.writing = "none"  # the verifier is the whole reward
     c.rlmr.verifier = verifier
@@ -278,41 +213,6 @@ def ifeval_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.max_completion_len = 24
     c.judge.model = ""
     return c
-
-
-def rlmr_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """:tiny for RLMR: a few more tokens per completion, so starts_with / must_include have text to act on."""
-    c.max_completion_len = 24
-    c.judge.max_response_tokens = 32
-    c.dynamic.max_rounds = 1  # one refill batch at most: the CPU smoke run stays short
-    return c
-
-
-def rare_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """RARE's additions to `tiny_overrides`: a group of 4 (saturation needs a group), one replacement per
-    event, and short writer inputs and outputs."""
-    c.group_size = 4
-    c.max_completion_len = 24
-    c.judge.max_response_tokens = 32
-    c.loss.micro_batch_size = 8
-    c.rare.budget = 1
-    c.rare.writer_max_response_tokens = 48
-    c.rare.writer_max_new_tokens = 512
-    return c
-
-
-def task_level_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Task-level additions to `rare_tiny`: one video type, 4 requests a step for 4 steps, so the evidence of
-    steps 0-2 holds the 12 distinct queries a revision needs, and the revision after step 2 applies at step 3."""
-    c.data.task = "script_live_action"
-    c.prompts_per_step = 4
-    c.steps = 4
-    c.loss.micro_batch_size = 16
-    c.rare.writer_max_new_tokens = 2048  # a rewrite of all six criteria, every level described
-    return c
-
-
-VARIANTS = ("tiny",)
 
 
 def finalize(c: ml_collections.ConfigDict, variant: str | None = None, tiny=None) -> ml_collections.ConfigDict:

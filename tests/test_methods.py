@@ -186,3 +186,23 @@ def test_the_worked_reward_term_adds_its_standardised_bonus(tiny_qwen3, tmp_path
             sys.modules.pop(name, None)
     np.testing.assert_allclose(m["bonus/brevity"], -m["completion_len/mean"], rtol=1e-6)
     np.testing.assert_allclose(m["reward/mean"], m["reward/judge_mean"], atol=1e-6)
+
+
+def test_each_method_owns_its_config_sections_and_an_installed_one_adds_its_own(tmp_path):
+    """base_config's pacing, rlmr and rare sections are the methods' own (`Method.config_sections`), and a
+    method installed from another package adds its section to every config, typos refused once locked."""
+    from rubric_jax.config_base import base_config, finalize
+
+    c = base_config()
+    for name, section in (("rubric", "pacing"), ("rlmr", "rlmr"), ("rare", "rare")):
+        assert c[section].to_dict() == METHODS[name].config_sections()[section]
+    assert finalize(base_config(), "tiny").pacing.prompts == 2  # RcRL's own :tiny shrink (`tiny_sections`)
+    source = ("from rubric_jax.methods import Method, register\n\n\n@register('echo')\nclass Echo(Method):\n"
+              "    @classmethod\n    def config_sections(cls):\n        return {'echo': dict(depth=3)}\n\n"
+              "    def reward(self, batch):\n        raise NotImplementedError\n")
+    with _installed(tmp_path, "echo_method", source):
+        c = finalize(base_config(), "tiny")
+        assert c.echo.depth == 3 and "echo" in plugins.method_choices()
+        with pytest.raises(AttributeError):
+            c.echo.detph = 4
+    assert "echo" not in base_config()

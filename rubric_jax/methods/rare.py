@@ -23,6 +23,7 @@ import os
 import time
 from typing import Any, Sequence
 
+import ml_collections
 import numpy as np
 
 from rubric_jax.config_checks import choice, fail, integer
@@ -334,6 +335,28 @@ class RareMethod(SharedRewardSection, Method):
             if spec != "local" and not (isinstance(spec, str) and spec.startswith("openai:")):
                 fail(f"rare.{field}", spec, "must be 'local' or 'openai:MODEL@BASE_URL'")
 
+    @classmethod
+    def config_sections(cls) -> dict[str, dict]:
+        # RARE (reward.method="rare"; docs/method.md section 3): integer scores, saturated-criterion replacement.
+        return {"rare": dict(
+            # sample (replace saturated criteria) | static (score only) | task (revise each task's shared rubric
+            # at `revisions` evenly spaced steps) | mpo (task-level refinement without the acceptance test) |
+            # rler (per-query pool of written criteria ranked by within-group std, beside the initial ones)
+            level="sample",
+            direction="negative",  # negative | positive | mixed
+            budget=3,  # B: at most this many criteria replaced per group
+            score_mode="hard",  # hard (argmax over the allowed digits) | generate (rationale, then "Score: N")
+            min_score_mass=0.5,  # hard: unreadable when the allowed digits hold less next-token probability
+            retry=True,  # an unreadable score is read once more in generate mode with its own seed
+            retry_max_new_tokens=64,
+            writer="local",  # local (the frozen base, JSON-schema-constrained) | openai:MODEL@BASE_URL
+            writer_attempts=3, writer_temperature=0.2, writer_max_response_tokens=384, writer_max_new_tokens=1024,
+            # the training judge: local (the frozen base through our forward) | openai:MODEL@BASE_URL (generate
+            # mode over HTTP; key from OPENAI_API_KEY)
+            judge="local", judge_max_new_tokens=256, judge_timeout_s=120.0, judge_concurrency=16,
+            revisions=5,  # task | mpo: revision points, evenly spaced
+            rler_new=3, rler_pool=5, rler_max_points=3)}  # rler: criteria written per visit (1-5), pool size, scale
+
     def summary_line(self) -> str | None:
         return (f"judge per step: {self.config.prompts_per_step * self.config.group_size} responses x each "
                 f"prompt's criteria ({self.config.rare.score_mode} mode)")
@@ -412,3 +435,63 @@ class RareMethod(SharedRewardSection, Method):
 
     def texts(self) -> dict[str, str]:
         return pop_texts(self.rt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config files' building blocks (configs/rare.py, rare_task.py, mpo.py, rler.py and the static baselines)
+
+def rare_overrides(c: ml_collections.ConfigDict, *, level: str, source: str) -> ml_collections.ConfigDict:
+    """RARE's setting ("RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation",
+    appendix "Training and Rubric Evolution"): the bundled script requests, integer rubric scores, G = 8,
+    32 queries per step, GRPO advantages normalised by the group's std, a token-mean PPO loss clipped at 0.2
+    with dual clip 3, k3 KL 0.001, lr 1e-6. The paper trains full parameters: --config.finetune=full
+    --config.dtype=float32 does so; the default trains LoRA adapters."""
+    c.data.path = "scripts"
+    c.rubric = ""  # every bundled script record carries its rubric; "task" uses its type's shared rubric
+    c.rubric_source = source
+    c.reward.method = "rare"
+    c.reward.curriculum = False
+    c.reward.weighting = "equal"
+    c.rare.level = level
+    c.prompts_per_step = 32
+    c.group_size = 8
+    c.loss.micro_batch_size = 8
+    c.sampling.temperature = 1.0  # the RARE paper samples its scripts at temperature 1.0
+    c.max_prompt_len = 1024
+    c.max_completion_len = 2048
+    c.judge.max_response_tokens = 2048
+    c.optim.lr = 1e-6
+    c.optim.warmup_steps = 0
+    c.optim.schedule = "constant"
+    c.loss.advantage = "grpo"
+    c.loss.aggregation = "token_mean"
+    c.loss.eps_low = c.loss.eps_high = 0.2
+    c.loss.dual_clip = 3.0
+    c.loss.kl_coef = 0.001
+    c.loss.kl_kind = "k3"
+    c.steps = 6  # two epochs (the paper's length) of the 90 bundled training requests at 32 per step
+    return c
+
+
+def rare_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """RARE's additions to `tiny_overrides`: a group of 4 (saturation needs a group), one replacement per
+    event, and short writer inputs and outputs."""
+    c.group_size = 4
+    c.max_completion_len = 24
+    c.judge.max_response_tokens = 32
+    c.loss.micro_batch_size = 8
+    c.rare.budget = 1
+    c.rare.writer_max_response_tokens = 48
+    c.rare.writer_max_new_tokens = 512
+    return c
+
+
+def task_level_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Task-level additions to `rare_tiny`: one video type, 4 requests a step for 4 steps, so the evidence of
+    steps 0-2 holds the 12 distinct queries a revision needs, and the revision after step 2 applies at step 3."""
+    c.data.task = "script_live_action"
+    c.prompts_per_step = 4
+    c.steps = 4
+    c.loss.micro_batch_size = 16
+    c.rare.writer_max_new_tokens = 2048  # a rewrite of all six criteria, every level described
+    return c

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from rubric_jax.config_checks import ConfigError, section
@@ -208,6 +209,17 @@ class RlmrMethod(SharedRewardSection, Method):
         section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
 
     @classmethod
+    def config_sections(cls) -> dict[str, dict]:
+        # RLMR (reward.method="rlmr"; docs/method.md section 4): writing reward + constraint verifier, mixed per
+        # group (RlmrConfig says what each field takes).
+        return {"rlmr": dict(
+            writing="absolute",  # absolute (judge's pointwise rubric score) | pairwise (win rate) | reward_model | none (0)
+            mix="penalty",  # penalty (the group penalty delta) | linear (a * r + b * pass)
+            gamma=0.1, linear_a=1.0, linear_b=1.0,
+            verifier="auto",  # auto (program where one exists, else the LLM) | program | llm | both
+            reward_model="", reward_model_batch=8)}
+
+    @classmethod
     def compares_in_group(cls, config) -> bool:
         return config.rlmr.writing == "pairwise"
 
@@ -284,3 +296,37 @@ class RlmrMethod(SharedRewardSection, Method):
         elif "judge" in rows:  # not with a reward model or no writing reward
             out.update(judge_metrics(rows["judge"], self.criteria, self.weights, self.writing_cfg))
         return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Config files' building blocks (configs/rlmr*.py, configs/learn_ifeval*.py)
+
+def rlmr_overrides(c: ml_collections.ConfigDict, *, mix: str = "penalty", a: float = 1.0,
+                   b: float = 1.0) -> ml_collections.ConfigDict:
+    """RLMR and its baselines (docs/method.md §4): the bundled creative-writing prompts that carry constraints,
+    the self-judge's pointwise score on one holistic writing criterion as the writing reward, the verifier, GRPO advantages and dynamic
+    sampling; `mix`, `a`, `b` pick the method (penalty) or a fixed linear weighting a * r + b * pass."""
+    c.data.with_constraints = True
+    c.rubric = "writing_quality"  # one holistic score per response, as RLMR's writing reward model gives
+    c.reward.method = "rlmr"
+    c.reward.curriculum = False
+    c.reward.weighting = "equal"
+    c.rlmr.mix = mix
+    c.rlmr.linear_a, c.rlmr.linear_b = a, b
+    c.loss.advantage = "grpo"
+    c.loss.aggregation = "token_mean"
+    c.dynamic.enabled = True
+    c.dynamic.max_rounds = 2
+    c.prompts_per_step = 8  # several groups per step, so dynamic sampling has groups to choose between
+    c.loss.micro_batch_size = 8
+    c.sampling.temperature = 1.0  # the RLMR paper gives no temperature: GRPO's usual 1.0
+    c.steps = 500
+    return c
+
+
+def rlmr_tiny(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """:tiny for RLMR: a few more tokens per completion, so starts_with / must_include have text to act on."""
+    c.max_completion_len = 24
+    c.judge.max_response_tokens = 32
+    c.dynamic.max_rounds = 1  # one refill batch at most: the CPU smoke run stays short
+    return c

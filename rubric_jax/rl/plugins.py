@@ -208,6 +208,16 @@ class Method(abc.ABC):
 
         return FrozenConfigDict(config.reward)
 
+    @classmethod
+    def config_sections(cls) -> dict[str, dict]:
+        """The config sections this method owns, with their defaults (rubric_jax.config_base.base_config adds
+        them to every config, so the flags --config.<section>.<key> exist whatever the method)."""
+        return {}
+
+    @staticmethod
+    def tiny_sections(c) -> None:
+        """Shrinks this method's own sections in every config's :tiny variant (rubric_jax.config_base)."""
+
     @staticmethod
     def validate(config) -> None:
         """Checks of this method's own config section, after the shared sections are checked."""

@@ -71,6 +71,18 @@ class RubricMethod(SharedRewardSection, Method):
     def runs(cls, config) -> bool:
         return super().runs(config) and config.rubric_source == "config"
 
+    @classmethod
+    def config_sections(cls) -> dict[str, dict]:
+        # reward.pacing="auto" (rubric_jax.rewards.pacing; docs/method.md): every `every` steps the policy's greedy
+        # answers to `prompts` held-out prompts meet the base's on the newest criterion; the next criterion
+        # arrives when that win rate gained <= epsilon over the last `window` readings, between min_interval and
+        # max_interval steps after the previous one. 0 = scaled from reward.interval (100: 10, 3, 50, 200).
+        return {"pacing": dict(every=0, window=0, epsilon=0.02, min_interval=0, max_interval=0, prompts=16, seed=0)}
+
+    @staticmethod
+    def tiny_sections(c) -> None:
+        c.pacing.prompts = 2
+
     @staticmethod
     def validate(config) -> None:
         validate_pacing(config)

@@ -128,7 +128,7 @@ def run(config, workdir: str, distributed: dict | None = None) -> list[dict]:
     jax.distributed to gather the hosts (`distributed`: its initialize arguments; None on one host)."""
     from rubric_jax.rl import preflight
 
-    preflight.check(config)
+    config = preflight.check(config)  # checked once, here: frozen and handed down (trainer.train, setup.build)
     preflight.check_workdir(workdir)
     import jax
 

@@ -269,3 +269,45 @@ def test_a_truncated_safetensors_or_gguf_file_is_named(tmp_path):
     g.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(CheckpointFileError, match="cut.gguf"):
         load_model(str(g), dtype=jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The config is checked once, where it enters, and frozen from there on.
+
+def test_a_config_is_checked_once_where_it_enters_and_frozen(tiny_qwen3, tmp_path, monkeypatch):
+    """main.run checks the config and hands the checked, frozen config to train and setup.build, which check
+    nothing again; a plain ConfigDict given to build or train directly is checked there, once."""
+    from test_trainer import _tiny_run_config
+
+    from rubric_jax import main
+
+    passes = []
+    real = preflight._sections
+    monkeypatch.setattr(preflight, "_sections", lambda c: passes.append(1) or real(c))
+    cfg = _tiny_run_config("rcrl", tiny_qwen3[0])
+    ready = preflight.check(cfg)
+    assert len(passes) == 1 and preflight.check(ready) is ready and len(passes) == 1
+    assert ready["reward"].method == "pairwise" and set(ready) == {"reward", "judge", "lora", "loss", "dynamic"}
+    setup = setup_mod.build(ready)
+    assert len(passes) == 1 and setup.config is ready.config
+    with pytest.raises(AttributeError, match="immutable"):
+        setup.config.steps = 5
+    with pytest.raises(AttributeError, match="immutable"):
+        setup.config.reward.interval = 5
+    setup_mod.build(cfg)  # a plain ConfigDict is checked where it enters
+    assert len(passes) == 2
+
+    handed = []
+
+    class Built(Exception):
+        pass
+
+    def fake_build(config):
+        handed.append(config)
+        raise Built
+
+    monkeypatch.setattr(trainer, "build", fake_build)
+    passes.clear()
+    with pytest.raises(Built):
+        main.run(_tiny_run_config("rcrl", tiny_qwen3[0]), str(tmp_path / "run"))
+    assert len(passes) == 1 and isinstance(handed[0], preflight.Checked)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rubric_jax.config_checks import ConfigError
 from rubric_jax.methods import agreement
 from rubric_jax.methods.rcrl.method import judge_summary, validate_pacing
-from rubric_jax.methods.rcrl.reward import SharedRewardSection, judge_rewards_per_prompt, per_prompt_metrics
+from rubric_jax.methods.rcrl.reward import (SharedRewardSection, judge_rewards_per_prompt, per_prompt_metrics,
+                                            whole_rubric)
 from rubric_jax.rare.store import RubricStore
 from rubric_jax.rl.plugins import Method, RewardBatch, RewardOut, register
 
@@ -38,11 +38,7 @@ class PerPromptMethod(SharedRewardSection, Method):
     @staticmethod
     def validate(config) -> None:
         validate_pacing(config)  # refuses pacing here: there is no one rubric to pace
-        rc = config.reward
-        if rc.curriculum or rc.dropout_q:
-            raise ConfigError(f"config.rubric_source={config.rubric_source!r}: each prompt has its own rubric, so "
-                              f"there is no one criteria order for a curriculum or dropout; set "
-                              f"reward.curriculum=False")
+        whole_rubric(config, f"config.rubric_source={config.rubric_source!r} judges each prompt on its own rubric")
 
     @classmethod
     def compares_in_group(cls, config) -> bool:

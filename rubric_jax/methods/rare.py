@@ -28,7 +28,7 @@ import numpy as np
 
 from rubric_jax.config_checks import choice, fail, integer
 from rubric_jax.judge import Judge, JudgeConfig
-from rubric_jax.methods.rcrl.reward import SharedRewardSection
+from rubric_jax.methods.rcrl.reward import SharedRewardSection, whole_rubric
 from rubric_jax.rare import rler, sample_level, task_level, task_revision
 from rubric_jax.rare.scoring import LocalScorer
 from rubric_jax.rare.store import RubricStore
@@ -323,6 +323,7 @@ class RareMethod(SharedRewardSection, Method):
         from rubric_jax.rare import DIRECTIONS
         from rubric_jax.rare.scoring import SCORE_MODES
 
+        whole_rubric(config, "reward.method='rare' scores each prompt's rubric")
         choice(config, "rare.level", LEVELS)
         choice(config, "rare.direction", DIRECTIONS)
         choice(config, "rare.score_mode", SCORE_MODES)

@@ -28,13 +28,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from rubric_jax.config_checks import ConfigError, section
+from rubric_jax.config_checks import section
 from rubric_jax.methods import agreement
 from rubric_jax.methods.per_prompt import load_store
 from rubric_jax.methods.rcrl.method import judge_summary
 from rubric_jax.methods.rcrl.reward import (SharedRewardSection, judge_metrics, judge_rewards,
                                             judge_rewards_per_prompt, per_prompt_metrics, reachable_criteria,
-                                            step_weights)
+                                            require_rubric, step_weights, whole_rubric)
 from rubric_jax.rewards import compiled as RC  # the per-step math, one program per shape
 from rubric_jax.rl.plugins import BuildContext, Method, RewardBatch, RewardOut, register
 from rubric_jax.verifiers.constraints import KINDS, Constraint, parse_constraints
@@ -206,6 +206,7 @@ class RlmrMethod(SharedRewardSection, Method):
 
     @staticmethod
     def validate(config) -> None:
+        whole_rubric(config, "reward.method='rlmr' judges the writing")
         section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
 
     @classmethod
@@ -245,8 +246,8 @@ class RlmrMethod(SharedRewardSection, Method):
                 line.replace("judge: ", "judge (constraints without a program only, rlmr.writing='none'): ", 1))
 
     def prepare(self, records: list) -> list:
-        if self.judges_writing() and self.config.rubric_source == "config" and not self.criteria:
-            raise ConfigError(f"config.rubric is empty: reward.method={self.reward_cfg.method!r} judges with a rubric")
+        if self.judges_writing() and self.config.rubric_source == "config":
+            require_rubric(self.criteria, self.reward_cfg)
         # the writing judge reads the config's rubric, or each prompt's own (rubric_source = record | task)
         self.store = None
         if self.config.rubric_source != "config":

@@ -2,7 +2,9 @@
 
 A paper-scale run loads a multi-GB checkpoint, compiles for minutes and samples for more before the first
 judge call; a typo such as `loss.aggregation=token-mean` or `group_size=0` must not wait for that. `check`
-runs in the first second of `train` and raises `ConfigError` naming the field (`config.loss.aggregation`),
+runs once, where a config enters (`python -m rubric_jax.main` before anything else; `train` or `setup.build`
+when called with a plain ConfigDict), and hands back a `Checked` config, frozen, that everything below reads
+without checking again. It raises `ConfigError` naming the field (`config.loss.aggregation`),
 what it holds and what is allowed (and the closest allowed name to a misspelled one). It checks values, and
 that the files they name exist; reading the files is the loaders' job (they name the file and line), and
 `rubric_jax.rl.setup.build` reads the prompt file and rubrics before it loads the model. `check_workdir`
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from rubric_jax.config_checks import ConfigError  # noqa: F401 (preflight.ConfigError, as callers name it)
@@ -41,11 +44,36 @@ ATTENTIONS = ("plain", "xla", "cudnn", "chunked", "auto")
 COMPARISONS = ("pairwise", "listwise")  # judge.comparison: pairs of responses, or the whole group in one sequence
 
 
-def check(config) -> dict[str, Any]:
-    """Raises ConfigError for the first value of `config` that cannot run (see the module docstring); returns the
-    sections' dataclasses it built ("reward", "judge", "lora", "loss", "dynamic"), the ones the
-    run then uses (rubric_jax.rl.setup.build), so each is built from the ConfigDict in this one place.
-    A value under a renamed field's old name is moved to the new one first, with a deprecation warning."""
+class Checked(Mapping):
+    """A config that passed `check`, as the run reads it: `.config`, the config frozen (a FrozenConfigDict: no
+    part of the run can change a setting after it was checked), and the sections' objects `check` built from it
+    ("reward", "judge", "lora", "loss", "dynamic": checked["reward"]), the ones the run then uses
+    (rubric_jax.rl.setup.build). Made only by `check`; `check` hands one it is given back unchanged, so a config
+    is checked once however many entry points (main.run, trainer.train, setup.build) it passes through."""
+
+    def __init__(self, config, sections: dict[str, Any]):
+        from ml_collections import FrozenConfigDict  # noqa: PLC0415
+
+        self.config = FrozenConfigDict(config)
+        self._sections = dict(sections)
+
+    def __getitem__(self, name: str):
+        return self._sections[name]
+
+    def __iter__(self):
+        return iter(self._sections)
+
+    def __len__(self) -> int:
+        return len(self._sections)
+
+
+def check(config) -> Checked:
+    """Raises ConfigError for the first value of `config` that cannot run (see the module docstring); returns it
+    `Checked`: frozen, with the sections' objects built from it in this one place. A `Checked` config is returned
+    as it is (nothing is checked twice). A value under a renamed field's old name is moved to the new one
+    first, with a deprecation warning."""
+    if isinstance(config, Checked):
+        return config
     for note in apply_renames(config):
         logging.getLogger(__name__).warning(note)
     for field in ("steps", "prompts_per_step", "max_prompt_len", "max_completion_len", "seed"):
@@ -100,7 +128,7 @@ def check(config) -> dict[str, Any]:
         from rubric_jax.data.jsonl import BUNDLED  # noqa: PLC0415
         if config.data.path not in BUNDLED:
             _fail("data.path", config.data.path, f"no such file, and not a bundled set {tuple(BUNDLED)}")
-    return sections
+    return Checked(config, sections)
 
 
 def _judge_model(config) -> None:

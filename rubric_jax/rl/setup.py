@@ -97,7 +97,10 @@ def parse_mesh(spec: str):
 
 
 def build(config) -> Setup:
-    sections = preflight.check(config)  # every value, before a model file is opened; the sections' dataclasses
+    """The run's Setup from a config (`preflight.Checked`, or a ConfigDict that is checked here first: every
+    value, before a model file is opened)."""
+    sections = preflight.check(config)
+    config = sections.config
     name = _model_name(config)
     dtype = jnp.dtype(config.dtype)
     mesh = parse_mesh(config.mesh)

@@ -27,7 +27,7 @@ import numpy as np
 from rubric_jax import progress as inner_progress
 from rubric_jax.rewards.compiled import advantages, zero_spread_mask
 from rubric_jax.rl.plugins import RewardBatch, TermBatch, checked
-from rubric_jax.rl import diagnostics, dynamic
+from rubric_jax.rl import diagnostics, dynamic, preflight
 from rubric_jax.rl.checkpoint import Checkpointer, SaveFailedError
 from rubric_jax.rl.hosts import merge_rows
 from rubric_jax.rl.lock import WorkdirLock
@@ -307,7 +307,10 @@ def add_terms(setup: Setup, r_bg, batch: TermBatch, rows: dict[str, Any]) -> np.
 
 
 def train(config, workdir: str) -> list[dict]:
-    """Runs (or resumes) the job in `workdir`; returns the metrics of the steps run in this call."""
+    """Runs (or resumes) the job in `workdir`; returns the metrics of the steps run in this call. `config`: a
+    `preflight.Checked` (what `python -m rubric_jax.main` hands down), or a ConfigDict, checked here once."""
+    ready = preflight.check(config)
+    config = ready.config
     os.makedirs(workdir, exist_ok=True)
     with contextlib.ExitStack() as stack:
         # One run per workdir, before anything is written there (process 0 holds it for all of a run's processes).
@@ -326,11 +329,12 @@ def train(config, workdir: str) -> list[dict]:
         stack.enter_context(compilation_cache(config.compilation_cache_dir, workdir))
         # SIGTERM / SIGINT from here on end the run with a checkpoint and one line (rubric_jax.rl.stopping).
         stops = stack.enter_context(StopSignals())
-        return _train(config, workdir, stops)
+        return _train(ready, workdir, stops)
 
 
-def _train(config, workdir: str, stops: StopSignals) -> list[dict]:
-    setup = build(config)
+def _train(ready: preflight.Checked, workdir: str, stops: StopSignals) -> list[dict]:
+    setup = build(ready)
+    config = setup.config
     # Saves are asynchronous: the arrays are copied off the devices during the save phase and written while the
     # next step runs. orbax renames a checkpoint into place only once it is complete, so a kill mid-write leaves
     # the previous one restorable, and a new save (or the crash snapshot below) first waits for the last one.

@@ -22,12 +22,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from rubric_jax.config_checks import ConfigError, fail, section
+from rubric_jax.config_checks import fail, section
 from rubric_jax.judge.common import judge_config
 from rubric_jax.judge.pairings import pairs_per_group
 from rubric_jax.methods.rcrl import pacing_phase
 from rubric_jax.methods.rcrl.reward import (SharedRewardSection, judge_metrics, judge_rewards, reachable_criteria,
-                                            step_weights)
+                                            require_rubric, step_weights)
 from rubric_jax.rl.plugins import BuildContext, Method, RewardBatch, RewardOut, register
 
 
@@ -98,8 +98,7 @@ class RubricMethod(SharedRewardSection, Method):
         return judge_summary(self.config, self.criteria)
 
     def prepare(self, records: list) -> list:
-        if not self.criteria:
-            raise ConfigError(f"config.rubric is empty: reward.method={self.reward_cfg.method!r} judges with a rubric")
+        require_rubric(self.criteria, self.reward_cfg)
         self.pacing = None
         self.pacing_judge = None
         self.weights = None

@@ -55,9 +55,6 @@ class RewardConfig:
         # which names exist is the method registry's to say (rubric_jax.rl.plugins.method_choices; preflight.check)
         if not isinstance(self.method, str) or not self.method:
             raise ValueError(f"reward.method must name a reward method, got {self.method!r}")
-        if self.method in ("rare", "rlmr") and (self.curriculum or self.dropout_q):
-            raise ValueError(f"reward.method={self.method!r} scores every criterion of the rubric: set "
-                             "reward.curriculum=False and reward.dropout_q=0")
         if not 0 <= self.verifier_flip <= 1:
             raise ValueError(f"reward.verifier_flip must be a probability in [0, 1], got {self.verifier_flip}")
         if self.verifier_flip and self.method != "rlmr":
@@ -102,6 +99,25 @@ def ordered_criteria(rubric: Rubric, cfg: RewardConfig) -> list[Criterion]:
     if cfg.order == "random":
         crits = [crits[i] for i in np.asarray(R.permute_order(len(crits), cfg.order_seed))]
     return crits
+
+
+def whole_rubric(config, why: str) -> None:
+    """The rule of every built-in method but RcRL's: each step scores every criterion of the rubric, so there is no
+    schedule (curriculum or dropout) to follow. `why`: what the method judges, for the error."""
+    from rubric_jax.config_checks import fail  # noqa: PLC0415
+
+    for field in ("curriculum", "dropout_q"):
+        if config.reward[field]:
+            fail(f"reward.{field}", config.reward[field], f"{why}, every criterion at every step: there is no one "
+                 f"criteria order for a curriculum or dropout; set reward.curriculum=False and reward.dropout_q=0")
+
+
+def require_rubric(criteria, reward_cfg) -> None:
+    """A method that judges the config's rubric refuses an empty one before the model loads."""
+    if not criteria:
+        from rubric_jax.config_checks import ConfigError  # noqa: PLC0415
+
+        raise ConfigError(f"config.rubric is empty: reward.method={reward_cfg.method!r} judges with a rubric")
 
 
 class SharedRewardSection:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import abc
 import logging
-import math
 import os
-import re
 from typing import Sequence
 
 import numpy as np
@@ -172,28 +170,15 @@ REMOTE_USER = ("### Task\n{prompt}\n\n### Response A\n{a}\n\n### Response B\n{b}
 
 def p_from_completion(text: str, top_logprobs) -> float | None:
     """P(A) from the first answer token's top log-probabilities (A/B mass renormalised); else from the text;
-    None when neither can be read."""
-    if top_logprobs:
-        for pos in top_logprobs[:3]:  # the letter may follow a leading space/markup token
-            la = lb = -math.inf
-            for tok, lp in (pos or {}).items():
-                t = tok.strip().strip("*\"'().:").upper()
-                if t == "A":
-                    la = np.logaddexp(la, lp)
-                elif t == "B":
-                    lb = np.logaddexp(lb, lp)
-            if la > -math.inf or lb > -math.inf:
-                m = max(la, lb)
-                ea, eb = math.exp(la - m), math.exp(lb - m)
-                return ea / (ea + eb)
-    t = (text or "").strip()
-    m = re.search(r"(?:answer|verdict|better response)\s*[:=\-]?\s*\**\s*(?:response\s*)?([AB])\b", t, re.I)
-    if m:
-        return 1.0 if m.group(1).upper() == "A" else 0.0
-    m = re.match(r"^[\W_]*(?:response\s+)?([AB])\b", t, re.I)
-    if m:
-        return 1.0 if m.group(1).upper() == "A" else 0.0
-    return None
+    None when neither can be read. Both readouts are the local judge's generate mode's
+    (rubric_jax.judge.readout), so a served judge and ours read the same reply the same way."""
+    from rubric_jax.judge.readout import read_pair_text, read_pair_top_logprobs
+
+    p = read_pair_top_logprobs(top_logprobs)
+    if p is not None:
+        return p
+    k = read_pair_text(text or "")
+    return None if k < 0 else 1.0 - k
 
 
 class RemoteJudge(_CachedJudge):

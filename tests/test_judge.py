@@ -22,7 +22,8 @@ from rubric_jax.judge import (
     pointwise,
     swiss_round,
 )
-from rubric_jax.judge.engine import _parse_pair, _parse_score, bucket
+from rubric_jax.judge.engine import bucket
+from rubric_jax.judge.readout import read_pair_text as _parse_pair, read_score_text as _parse_score
 from rubric_jax.judge.prompts import PromptBuilder
 from rubric_jax.rewards import hard_verdicts, win_rates
 from rubric_jax.rubrics import Criterion, Rubric
@@ -529,3 +530,27 @@ def test_a_tokenizer_that_merges_digits_cannot_read_two_digit_scales(qwen_tokeni
     check_digit_by_digit(Merging(), ids, 13)
     with pytest.raises(VerdictTokenError, match="at most two digits"):
         check_digit_by_digit(Merging(), ids, 100)
+
+
+def test_text_and_served_readouts_are_one_for_local_generate_and_remote_judges():
+    """rubric_jax.judge.readout reads a written pairwise verdict for the local generate mode and for a served judge
+    (evals.judges.p_from_completion) alike: the last written answer, else an opening label in its own case."""
+    import math
+
+    from evals.judges import p_from_completion
+    from rubric_jax.judge.readout import read_pair_text, read_pair_top_logprobs
+
+    cases = {"A. It is clearer.": 0, "**B**": 1, "Response B": 1, "Answer: A, though on reflection... Verdict: B": 1,
+             "a clearer answer would help": -1, "Both. Neither.": -1, "": -1, "B\n\nBecause A rambles.": 1}
+    for text, want in cases.items():
+        assert read_pair_text(text) == want, text
+        assert p_from_completion(text, None) == (None if want < 0 else 1.0 - want)
+    assert read_pair_text("Answer: 2", ("1", "2")) == 1  # any two labels
+    # the labels' spellings pooled, then renormalised over the two: (0.3 + 0.1) / (0.3 + 0.1 + 0.2)
+    lp = [{"A": math.log(0.3), " a": math.log(0.1), "B": math.log(0.2), "The": math.log(0.4)}]
+    assert read_pair_top_logprobs(lp) == pytest.approx(2 / 3, rel=1e-12)
+    # a markup token first: the next position holds the labels
+    lp = [{"**": -0.01}, {"B": -1.0, "A": -2.0}]
+    assert read_pair_top_logprobs(lp) == pytest.approx(math.exp(-2) / (math.exp(-2) + math.exp(-1)), rel=1e-12)
+    assert read_pair_top_logprobs([{"x": -0.1}] * 4) is None and read_pair_top_logprobs(None) is None
+    assert p_from_completion("B", lp) == pytest.approx(read_pair_top_logprobs(lp))  # log-probabilities first

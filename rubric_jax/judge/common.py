@@ -12,7 +12,7 @@ from flax import nnx
 
 from rubric_jax.judge.pairings import PAIRINGS
 from rubric_jax.padding import bucket, pow2, pow2_floor  # noqa: F401 (the engine's names)
-from rubric_jax.judge.prompts import PromptConfig, _parse_pair, _parse_score  # noqa: F401 (the engine's names)
+from rubric_jax.judge.prompts import PromptConfig  # noqa: F401 (the engine's names)
 from rubric_jax.rubrics.types import Criterion, Rubric
 
 # what `JudgeConfig.pairing` accepts: the pair schedules and listwise group judging

@@ -47,7 +47,7 @@ from rubric_jax import progress
 from rubric_jax.judge import forward
 from rubric_jax.judge.cache import JudgmentCache, digest
 from rubric_jax.judge.common import (GROUP_PAIRINGS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
-                                     PairwiseResult, PointwiseResult, _parse_pair, _parse_score, as_criteria, bucket,
+                                     PairwiseResult, PointwiseResult, as_criteria, bucket,
                                      check_questions, model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.packing import first_fit, sequence_keys
 from rubric_jax.judge.prompts import WORSE_PROMPT, PromptBuilder, PromptConfig

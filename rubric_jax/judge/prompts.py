@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import re
 from typing import Sequence
 
+from rubric_jax.judge.readout import read_pair_text, read_score_text
 from rubric_jax.rubrics.types import Criterion
 
 # Sentinels: strings no chat template or user text contains.
@@ -270,35 +270,6 @@ __all__ = ["WORSE_PROMPT", "PromptConfig", "PromptBuilder", "SuffixTable", "Verd
            "pairwise_criterion_text", "pointwise_criterion_text"]
 
 
-def _parse_pair(text: str, labels: tuple[str, str]) -> int:
-    """0 if the answer names the first label, 1 the second, -1 if no answer can be read."""
-    alt = "|".join(re.escape(lab) for lab in labels)
-    hits = re.findall(rf"(?:answer|verdict|better response)\s*[:=\-]?\s*\**\s*(?:response\s*)?({alt})(?![\w])",
-                      text, flags=re.IGNORECASE)
-    if not hits:
-        stripped = text.strip().strip("*").strip()
-        hits = [stripped] if stripped in labels else []
-    if not hits:
-        return -1
-    last = hits[-1]
-    for k, lab in enumerate(labels):
-        if last.lower() == lab.lower():
-            return k
-    return -1
-
-
-def _parse_score(text: str, max_points: int) -> int:
-    """The last written "Score: N" (or a bare number) if 0 <= N <= max_points, else -1."""
-    hits = re.findall(r"score\s*[:=]?\s*\**\s*(\d+)", text, flags=re.IGNORECASE)
-    if not hits:
-        stripped = text.strip().strip("*").strip()
-        hits = [stripped] if stripped.isdigit() else []
-    if not hits:
-        return -1
-    s = int(hits[-1])
-    return s if 0 <= s <= max_points else -1
-
-
 class Suffixes:
     """The suffix token sequences of one judge call, each kept once: `keyed(key, make)` is the index of the
     sequence `make()` built the first time `key` was seen. The engine's `Judge.score` reads them by index
@@ -344,6 +315,6 @@ class SuffixTable(Suffixes):
 
     def parse(self, i: int, text: str) -> int:
         if self.kind == "pair":
-            return _parse_pair(text, self.labels)
-        s = _parse_score(text, self.crits[i].max_points)
+            return read_pair_text(text, self.labels)
+        s = read_score_text(text, self.crits[i].max_points)
         return s if s in self.crits[i].scores else -1  # a binary criterion's 2 of 4 is unreadable

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from rubric_jax.methods import agreement
-from rubric_jax.methods.rcrl.method import judge_summary, validate_pacing
-from rubric_jax.methods.rcrl.reward import (SharedRewardSection, judge_rewards_per_prompt, per_prompt_metrics,
-                                            whole_rubric)
+from rubric_jax.methods.rcrl.method import JudgedRubric, validate_pacing
+from rubric_jax.methods.rcrl.reward import judge_rewards_per_prompt, per_prompt_metrics, whole_rubric
 from rubric_jax.rare.store import RubricStore
 from rubric_jax.rl.plugins import Method, RewardBatch, RewardOut, register
 
@@ -27,9 +26,8 @@ def load_store(default_rubric, source: str, records) -> RubricStore:
 
 
 @register("per_prompt")
-class PerPromptMethod(SharedRewardSection, Method):
-    reward_methods = ("pairwise", "absolute")
-    sums_criteria = True
+class PerPromptMethod(JudgedRubric, Method):
+    """Every group judged on its own prompt's rubric, every criterion at weight 1/C_b."""
 
     @classmethod
     def runs(cls, config) -> bool:
@@ -39,16 +37,6 @@ class PerPromptMethod(SharedRewardSection, Method):
     def validate(config) -> None:
         validate_pacing(config)  # refuses pacing here: there is no one rubric to pace
         whole_rubric(config, f"config.rubric_source={config.rubric_source!r} judges each prompt on its own rubric")
-
-    @classmethod
-    def compares_in_group(cls, config) -> bool:
-        return config.reward.method == "pairwise"
-
-    def needs_judge(self) -> bool:
-        return True
-
-    def summary_line(self) -> str | None:
-        return judge_summary(self.config, self.criteria)
 
     def prepare(self, records: list) -> list:
         self.store = load_store(self.default_rubric, self.config.rubric_source, records)

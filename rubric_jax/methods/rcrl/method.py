@@ -61,11 +61,27 @@ def judge_summary(config, criteria) -> str | None:
     return f"judge per step: {b * g} responses x {c} criteria = {b * g * c} scores ({config.judge.mode} mode)"
 
 
-@register("rubric")
-class RubricMethod(SharedRewardSection, Method):
-    """Weights for the step from the schedule; rewards from the judge over the active criteria."""
+class JudgedRubric(SharedRewardSection):
+    """What RcRL's method and the per-prompt rubrics (rubric_jax.methods.per_prompt) share, mixed in before
+    Method: reward.method "pairwise" or "absolute" judged by the run's judge, the verdicts summed over criteria."""
+
     reward_methods = ("pairwise", "absolute")
     sums_criteria = True
+
+    @classmethod
+    def compares_in_group(cls, config) -> bool:
+        return config.reward.method == "pairwise"
+
+    def needs_judge(self) -> bool:
+        return True
+
+    def summary_line(self) -> str | None:
+        return judge_summary(self.config, self.criteria)
+
+
+@register("rubric")
+class RubricMethod(JudgedRubric, Method):
+    """Weights for the step from the schedule; rewards from the judge over the active criteria."""
 
     @classmethod
     def runs(cls, config) -> bool:
@@ -86,16 +102,6 @@ class RubricMethod(SharedRewardSection, Method):
     @staticmethod
     def validate(config) -> None:
         validate_pacing(config)
-
-    @classmethod
-    def compares_in_group(cls, config) -> bool:
-        return config.reward.method == "pairwise"
-
-    def needs_judge(self) -> bool:
-        return True
-
-    def summary_line(self) -> str | None:
-        return judge_summary(self.config, self.criteria)
 
     def prepare(self, records: list) -> list:
         require_rubric(self.criteria, self.reward_cfg)

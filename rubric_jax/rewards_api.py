@@ -97,14 +97,10 @@ def score_groups(prompts: Sequence[str], groups: Sequence[Sequence[str]], rubric
     crits = _criteria(rubric)
     lam = _weights(weights, len(crits))
     judge = judge or make_judge()
-    if mode == "listwise":
-        from rubric_jax.judge.listwise import listwise_batch
-
-        results = listwise_batch(judge, prompts, groups, crits, seed=seed)  # win rates, as pairwise gives
-    elif mode == "pairwise":
-        results = judge.pairwise_batch(prompts, groups, crits, seed=seed)
-    else:
+    if mode == "pointwise":
         results = judge.pointwise_batch(prompts, groups, crits)
+    else:  # listwise results carry win rates, as pairwise ones do
+        results = judge.pairwise_batch(prompts, groups, crits, seed=seed, comparison=mode)
     rewards, per_c = group_rewards(results, [lam] * len(results), "absolute" if mode == "pointwise" else "pairwise")
     rewards, per_c = np.stack(rewards), np.stack(per_c)
     return GroupScores(rewards.astype(np.float32), per_c.astype(np.float32), tuple(c.id for c in crits), lam, mode)

@@ -74,7 +74,7 @@ def test_worse_prompt_is_the_text_the_fidelity_study_measured(qwen_tokenizer):
 
 def test_config_refuses_what_cannot_pool():
     for bad in (dict(questions="worst"), dict(questions="both", mode="generate"),
-                dict(questions="worse", pairing="swiss"), dict(questions="both", pairing="listwise"),
+                dict(questions="worse", pairing="swiss"), dict(questions="both", comparison="listwise"),
                 dict(questions="both", worse_weight=0.0), dict(questions="both", worse_weight=float("nan"))):
         with pytest.raises(ValueError):
             JudgeConfig(**bad)

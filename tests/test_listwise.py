@@ -188,24 +188,30 @@ def test_batch_shapes_orders_and_bad_calls(judge):
 
 
 @pytest.mark.slow
-def test_the_listwise_pairing_of_a_judge_is_listwise_batch(judge, tiny_qwen3_model, qwen_tokenizer):
-    """judge.pairing="listwise" (the trainer's switch) hands pairwise_batch calls to listwise_batch: the same
-    orders and scores, from the cache (no new verdicts)."""
+def test_the_listwise_comparison_of_a_judge_is_listwise_batch(judge, tiny_qwen3_model, qwen_tokenizer):
+    """comparison="listwise" (the trainer's judge.comparison) hands pairwise_batch calls to listwise_batch: the
+    same orders and scores, from the cache (no new verdicts). "listwise" is a comparison, never a pairing."""
     (want,) = listwise_batch(judge, [PROMPT], [RESPONSES], CRITERIA, mode="sign", group_ids=[4], seed=2)
     made = judge.stats.judgments
-    (got,) = judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, mode="sign", pairing="listwise", group_ids=[4],
+    (got,) = judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, mode="sign", comparison="listwise", group_ids=[4],
                                   seed=2)
     assert judge.stats.judgments == made
     np.testing.assert_array_equal(got.orders, want.orders)
     np.testing.assert_array_equal(got.win_rates, want.scores)
     assert "top_agreement" in got.metrics
-    configured = Judge(tiny_qwen3_model, qwen_tokenizer, JudgeConfig(pairing="listwise", mode="sign"))
+    configured = Judge(tiny_qwen3_model, qwen_tokenizer, JudgeConfig(comparison="listwise", mode="sign"))
     (other,) = configured.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, group_ids=[4], seed=2)
     np.testing.assert_allclose(other.win_rates, want.scores, atol=1e-6)
-    with pytest.raises(ValueError, match="listwise"):
+    with pytest.raises(ValueError, match="pairing: unknown 'ranked'"):
         JudgeConfig(pairing="ranked")
     with pytest.raises(ValueError, match="pairing: unknown"):
         judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, pairing="ranked")
+    for call in (lambda: JudgeConfig(pairing="listwise"),
+                 lambda: judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, pairing="listwise")):
+        with pytest.raises(ValueError, match="'listwise' is a comparison, not a pairing.*comparison='listwise'"):
+            call()
+    with pytest.raises(ValueError, match="comparison: unknown 'ranked'"):
+        judge.pairwise_batch([PROMPT], [RESPONSES], CRITERIA, comparison="ranked")
 
 
 @pytest.mark.slow

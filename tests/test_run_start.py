@@ -110,7 +110,7 @@ def test_the_renamed_fields_old_names_still_run_with_a_deprecation_warning(caplo
     with caplog.at_level("WARNING"):
         sections = preflight.check(listwise)
     assert (listwise.judge.comparison, listwise.judge.pairing) == ("listwise", "all")
-    assert sections["judge"].pairing == "listwise" and "judge.comparison='listwise'" in caplog.text
+    assert sections["judge"].comparison == "listwise" and "judge.comparison='listwise'" in caplog.text
     # the new names give the same judge and reward sections as the old ones, and warn of nothing
     new = _set(load_config("rcrl", "tiny"), "judge.comparison", "listwise")
     caplog.clear()

@@ -15,8 +15,9 @@ from rubric_jax.padding import bucket, pow2, pow2_floor  # noqa: F401 (the engin
 from rubric_jax.judge.prompts import PromptConfig  # noqa: F401 (the engine's names)
 from rubric_jax.rubrics.types import Criterion, Rubric
 
-# what `JudgeConfig.pairing` accepts: the pair schedules and listwise group judging
-GROUP_PAIRINGS = PAIRINGS + ("listwise",)
+# what `JudgeConfig.comparison` (and the run's judge.comparison) accepts: pairs of a group's responses, scheduled
+# by `pairing`, or the whole group in one judge sequence per presentation (rubric_jax.judge.listwise)
+COMPARISONS = ("pairwise", "listwise")
 
 MODES = ("logit", "sign", "hard", "generate")
 SHARING = ("tree", "none")
@@ -28,12 +29,21 @@ QUESTIONS = ("better", "worse", "both")
 # Configuration, statistics, results
 
 
-def check_questions(questions: str, mode: str, pairing: str) -> None:
+def check_questions(questions: str, mode: str, pairing: str, comparison: str = "pairwise") -> None:
     """The worse and pooled readings need the same pairs judged by both questions (no Swiss rounds, no listwise
     sequences) and probabilities to invert and pool (no generate mode)."""
-    if questions != "better" and (mode == "generate" or pairing in ("swiss", "listwise")):
-        raise ValueError(f"questions={questions!r} needs mode logit, sign or hard and pairing all or circular (got "
-                         f"mode={mode!r}, pairing={pairing!r})")
+    if questions != "better" and (mode == "generate" or pairing == "swiss" or comparison == "listwise"):
+        raise ValueError(f"questions={questions!r} needs mode logit, sign or hard, comparison pairwise and pairing "
+                         f"all or circular (got mode={mode!r}, comparison={comparison!r}, pairing={pairing!r})")
+
+
+def pairing_problem(pairing: str) -> str | None:
+    """Why `pairing` is no pair schedule (None when it is): listwise judging is a comparison, not a pairing."""
+    if pairing == "listwise":
+        return "pairing: 'listwise' is a comparison, not a pairing of responses: set comparison='listwise'"
+    if pairing not in PAIRINGS:
+        return f"pairing: unknown {pairing!r}; expected one of {PAIRINGS}"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +53,10 @@ class JudgeConfig:
     # preference averaged out first) is as accurate as "logit" and spreads a group's win rates far more
     # (the judge-fidelity study, README "Judge fidelity").
     mode: str = "sign"
-    # all | circular | swiss (pairs judged in both orders) | listwise (the whole group in one sequence per
-    # presentation and criterion, rubric_jax.judge.listwise; `pairwise_batch` hands such calls over to it)
-    pairing: str = "all"
+    # pairwise (pairs of the group's responses, scheduled by `pairing`) | listwise (the whole group in one
+    # sequence per presentation and criterion, rubric_jax.judge.listwise; `pairwise_batch` hands such calls to it)
+    comparison: str = "pairwise"
+    pairing: str = "all"  # all | circular | swiss: which pairs of a group are judged, each in both orders
     circular_k: int = 1
     sharing: str = "tree"  # tree (prefix-shared) | none (each judgment a full sequence)
     tokens_per_call: int = 0  # padded tokens per scoring call; 0 = 16k on CPU, 128k on accelerators
@@ -74,14 +85,16 @@ class JudgeConfig:
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode: unknown {self.mode!r}; expected one of {MODES}")
-        if self.pairing not in GROUP_PAIRINGS:
-            raise ValueError(f"pairing: unknown {self.pairing!r}; expected one of {GROUP_PAIRINGS}")
+        if self.comparison not in COMPARISONS:
+            raise ValueError(f"comparison: unknown {self.comparison!r}; expected one of {COMPARISONS}")
+        if pairing_problem(self.pairing):
+            raise ValueError(pairing_problem(self.pairing))
         if self.sharing not in SHARING:
             raise ValueError(f"sharing: unknown {self.sharing!r}; expected one of {SHARING}")
         if self.questions not in QUESTIONS:
             raise ValueError(f"questions: unknown {self.questions!r}; expected one of {QUESTIONS}")
         if self.questions != "better":
-            check_questions(self.questions, self.mode, self.pairing)
+            check_questions(self.questions, self.mode, self.pairing, self.comparison)
             if not (self.worse_weight > 0 and np.isfinite(self.worse_weight)):
                 raise ValueError(f"worse_weight: must be a positive number, got {self.worse_weight!r}")
         if self.max_shapes < 1:
@@ -89,11 +102,10 @@ class JudgeConfig:
 
 
 def judge_config(config, **over) -> JudgeConfig:
-    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself).
-    JudgeConfig carries judge.comparison='listwise' as its pairing 'listwise' (`pairwise_batch` hands it over)."""
+    """The pairwise judges' JudgeConfig from config.judge (`over`: fields a particular judge sets itself)."""
     j = config.judge
-    pairing = "listwise" if j.get("comparison") == "listwise" else j.pairing
-    fields = dict(mode=j.mode, pairing=pairing, questions=j.questions, worse_weight=float(j.worse_weight))
+    fields = dict(mode=j.mode, comparison=j.comparison, pairing=j.pairing, questions=j.questions,
+                  worse_weight=float(j.worse_weight))
     return JudgeConfig(**{**fields, **over})
 
 

@@ -46,7 +46,7 @@ from flax import nnx
 from rubric_jax import progress
 from rubric_jax.judge import forward
 from rubric_jax.judge.cache import JudgmentCache, digest
-from rubric_jax.judge.common import (GROUP_PAIRINGS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
+from rubric_jax.judge.common import (COMPARISONS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
                                      PairwiseResult, PointwiseResult, as_criteria, bucket,
                                      check_questions, model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.packing import first_fit, sequence_keys
@@ -408,14 +408,15 @@ class Judge:
     # ---- pairwise ----------------------------------------------------------------------------
     def pairwise(self, prompt: str, responses: Sequence[str], criteria, *, mode: str | None = None,
                  pairing: str | None = None, seed: int = 0, sharing: str | None = None,
-                 group_id: int = 0) -> PairwiseResult:
+                 group_id: int = 0, comparison: str | None = None) -> PairwiseResult:
         """One group; `group_id` as in `pairwise_batch` (the same result as that group inside a batch)."""
         return self.pairwise_batch([prompt], [responses], criteria, mode=mode, pairing=pairing, seed=seed,
-                                   sharing=sharing, group_ids=[group_id])[0]
+                                   sharing=sharing, group_ids=[group_id], comparison=comparison)[0]
 
     def pairwise_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
                        mode: str | None = None, pairing: str | None = None, seed: int = 0,
-                       sharing: str | None = None, group_ids: Sequence[int] | None = None) -> list[PairwiseResult]:
+                       sharing: str | None = None, group_ids: Sequence[int] | None = None,
+                       comparison: str | None = None) -> list[PairwiseResult]:
         """Judges several prompts' groups together (one set of device calls per Swiss round).
 
         criteria: a Rubric / list of Criterion shared by all prompts, or one per prompt.
@@ -423,11 +424,13 @@ class Judge:
         group_ids[q])) alone, so a group's pairings do not depend on the other groups in the call. group_ids
         are non-negative ints, each prompt's global index (e.g. in the step's batch over all processes);
         default range(len(prompts)). Unused by the static pairings.
+        comparison: "pairwise" (pairs, scheduled by `pairing`) or "listwise" (the whole group per presentation,
+        rubric_jax.judge.listwise: win rates of the same meaning); default the config's.
         """
         from rubric_jax.judge.pairwise_judging import pairwise_batch  # noqa: PLC0415 (it imports this module's names)
 
         return pairwise_batch(self, prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
-                              sharing=sharing, group_ids=group_ids)
+                              sharing=sharing, group_ids=group_ids, comparison=comparison)
 
     def worse_judge(self) -> "Judge":
         """The same model asked for the worse response (prompts.WORSE_PROMPT): its own prompt segments and

@@ -7,8 +7,8 @@ first response; body: second response, question; suffix: the criterion and the a
 the engine's one door (`Judge.score`) and reads them in `pair_readout`. Swiss pairing plays rounds, each round's
 pairs drawn from the standings so far. With judge.config.questions "worse" or "both" the same pairs are also asked
 which response is worse (`Judge.worse_judge`) and the readings are pooled (`pair_readout.pooled_result`).
-A run's judge.comparison="listwise" (JudgeConfig.pairing="listwise") is passed on to `rubric_jax.judge.listwise`,
-whose results carry the same win rates.
+A call or JudgeConfig with comparison="listwise" (the run's judge.comparison) is passed on to
+`rubric_jax.judge.listwise`, whose results carry the same win rates.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import Sequence
 import numpy as np
 
 from rubric_jax.judge.cache import JudgmentCache, criterion_digest
-from rubric_jax.judge.common import GROUP_PAIRINGS, PairwiseResult, check_questions
+from rubric_jax.judge.common import COMPARISONS, PairwiseResult, check_questions, pairing_problem
 from rubric_jax.judge.listwise import listwise_batch
 from rubric_jax.judge.packing import checked_group_ids, group_rng
 from rubric_jax.judge.pair_readout import gen_pair_vals, pair_result, pooled_result, swiss_standing
-from rubric_jax.judge.pairings import PAIRINGS, bye_of, num_swiss_rounds, pairs_for, swiss_round
+from rubric_jax.judge.pairings import bye_of, num_swiss_rounds, pairs_for, swiss_round
 from rubric_jax.judge.prompts import SuffixTable
 
 __all__ = ["pairwise_batch"]
@@ -31,21 +31,23 @@ __all__ = ["pairwise_batch"]
 
 def pairwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str]], criteria, *,
                    mode: str | None = None, pairing: str | None = None, seed: int = 0, sharing: str | None = None,
-                   group_ids: Sequence[int] | None = None) -> list[PairwiseResult]:
+                   group_ids: Sequence[int] | None = None, comparison: str | None = None) -> list[PairwiseResult]:
     """`Judge.pairwise_batch`: one result per prompt's group (its docstring gives the arguments)."""
-    kw = dict(mode=mode, pairing=pairing, seed=seed, sharing=sharing, group_ids=group_ids)
+    kw = dict(mode=mode, pairing=pairing, seed=seed, sharing=sharing, group_ids=group_ids, comparison=comparison)
     if judge.config.questions != "better":
         return pooled_readings(judge, prompts, responses, criteria, **kw)
     return single_reading(judge, prompts, responses, criteria, **kw)
 
 
-def pooled_readings(judge, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids):
+def pooled_readings(judge, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids, comparison):
     """config.questions "worse" or "both": each reading judges the same pairs in both orders (logit
     verdicts), and `combine_readings` pools them before the mode's readout."""
     mode = judge.resolve_mode(mode)
     pairing = pairing or judge.config.pairing
-    check_questions(judge.config.questions, mode, pairing)  # a call may override the config's mode/pairing
-    kw = dict(mode="logit", pairing=pairing, seed=seed, sharing=sharing, group_ids=group_ids)
+    comparison = comparison or judge.config.comparison
+    # a call may override the config's mode, pairing or comparison
+    check_questions(judge.config.questions, mode, pairing, comparison)
+    kw = dict(mode="logit", pairing=pairing, seed=seed, sharing=sharing, group_ids=group_ids, comparison=comparison)
     both = judge.config.questions == "both"
     readings = []
     if both:
@@ -55,19 +57,22 @@ def pooled_readings(judge, prompts, responses, criteria, *, mode, pairing, seed,
     return [pooled_result([(r[q], invert, w) for r, invert, w in readings], mode) for q in range(len(prompts))]
 
 
-def single_reading(judge, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids):
+def single_reading(judge, prompts, responses, criteria, *, mode, pairing, seed, sharing, group_ids, comparison):
     """One reading: the judge's own question over the pairs of the pairing."""
     t0 = time.perf_counter()
     mode = judge.resolve_mode(mode)
     pairing = pairing or judge.config.pairing
     sharing = sharing or judge.config.sharing
-    if pairing == "listwise":
+    comparison = comparison or judge.config.comparison
+    if comparison not in COMPARISONS:
+        raise ValueError(f"comparison: unknown {comparison!r}; expected one of {COMPARISONS}")
+    if comparison == "listwise":
         # listwise results carry the same win_rates (mean 1/2 per criterion) and a metrics dict, so
         # every caller of pairwise_batch (the reward phase, score_groups, the TRL adapter) takes them
         return listwise_batch(judge, prompts, responses, criteria, seed=seed, mode=mode, sharing=sharing,
                               group_ids=group_ids)
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing: unknown {pairing!r}; expected one of {GROUP_PAIRINGS}")
+    if pairing_problem(pairing):
+        raise ValueError(pairing_problem(pairing))
     if len(prompts) != len(responses):
         raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
     group_ids = checked_group_ids(group_ids, len(prompts))

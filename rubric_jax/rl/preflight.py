@@ -41,7 +41,6 @@ SCHEDULES = ("cosine", "constant")
 KL_KINDS = ("k1", "k3")
 REMATS = ("none", "full", "dots_saveable", "auto")
 ATTENTIONS = ("plain", "xla", "cudnn", "chunked", "auto")
-COMPARISONS = ("pairwise", "listwise")  # judge.comparison: pairs of responses, or the whole group in one sequence
 
 
 class Checked(Mapping):
@@ -237,7 +236,7 @@ def mesh_axes(spec: str) -> list[tuple[str, int]]:
 
 def _sections(config) -> dict[str, Any]:
     # Imported here: these modules pull in JAX programs that `check` itself does not need.
-    from rubric_jax.judge.common import comparison_problem, judge_config  # noqa: PLC0415
+    from rubric_jax.judge.common import COMPARISONS, comparison_problem, judge_config  # noqa: PLC0415
     from rubric_jax.judge.pairings import PAIRINGS  # noqa: PLC0415
     from rubric_jax.models.lora import LoRAConfig  # noqa: PLC0415
     from rubric_jax.rl import plugins  # noqa: PLC0415

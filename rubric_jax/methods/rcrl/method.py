@@ -137,7 +137,7 @@ class RubricMethod(JudgedRubric, Method):
         # soft verdicts (logit) unless the training judge generates: discrete ones only add noise to a mean.
         pacing_mode = "generate" if config.judge.mode == "generate" else "logit"
         self.pacing_judge = Judge(ctx.judge_model, ctx.judge_tokenizer,
-                                  judge_config(config, mode=pacing_mode, pairing="all"),
+                                  judge_config(config, mode=pacing_mode, comparison="pairwise", pairing="all"),
                                   max_response_tokens=config.judge.max_response_tokens)
 
     def begin_step(self, step: int, key, timer) -> dict[str, float]:

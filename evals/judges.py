@@ -163,59 +163,41 @@ class LocalJudge(_CachedJudge):
 
 # ---- remote -------------------------------------------------------------------------------------------
 
-REMOTE_SYSTEM = "You are an impartial judge of writing. You compare two responses to a task and say which is better."
-REMOTE_USER = ("### Task\n{prompt}\n\n### Response A\n{a}\n\n### Response B\n{b}\n\n### Criterion\n{name}: {check}\n\n"
-               "Which response better satisfies the criterion? Reply with the single letter A or B only.")
-
-
-def p_from_completion(text: str, top_logprobs) -> float | None:
-    """P(A) from the first answer token's top log-probabilities (A/B mass renormalised); else from the text;
-    None when neither can be read. Both readouts are the local judge's generate mode's
-    (rubric_jax.judge.readout), so a served judge and ours read the same reply the same way."""
-    from rubric_jax.judge.readout import read_pair_text, read_pair_top_logprobs
-
-    p = read_pair_top_logprobs(top_logprobs)
-    if p is not None:
-        return p
-    k = read_pair_text(text or "")
-    return None if k < 0 else 1.0 - k
-
-
 class RemoteJudge(_CachedJudge):
-    """A judge served over an OpenAI-compatible chat API ("openai:MODEL@BASE_URL")."""
+    """A judge served over an OpenAI-compatible chat API ("openai:MODEL@BASE_URL"), through
+    `rubric_jax.judge.remote.RemoteJudge` (its prompt, client and readout)."""
 
     def __init__(self, spec: str, cache_dir: str, *, max_chars: int = 6000, **client_kw):
         """client_kw: ChatClient settings (timeout_s, max_retries, backoff_s, concurrency)."""
         super().__init__(cache_dir)
+        from rubric_jax.judge.remote import PAIR_SYSTEM, PAIR_USER
+        from rubric_jax.judge.remote import RemoteJudge as Backend
         from rubric_jax.openai_client import ChatClient
 
-        self.client = ChatClient.from_spec(spec, cache_dir=os.path.join(cache_dir, "chat"), **client_kw)
+        self.backend = Backend(ChatClient.from_spec(spec, cache_dir=os.path.join(cache_dir, "chat"), **client_kw),
+                               model_id=spec, pair_max_chars=max_chars)
         self.name = spec
         self.max_chars = max_chars
         # No weights to hash: the served model is identified by its name and URL.
-        self.fingerprint = _digest("remote-judge-v1", spec, REMOTE_SYSTEM, REMOTE_USER, max_chars)
+        self.fingerprint = _digest("remote-judge-v1", spec, PAIR_SYSTEM, PAIR_USER, max_chars)
+
+    @property
+    def client(self):
+        """The backend's ChatClient (settable: a test may put a stand-in in its place)."""
+        return self.backend.client
+
+    @client.setter
+    def client(self, client):
+        self.backend.client = client
 
     def _judge(self, prompt, answers, pairs, criteria):
-        reqs, where = [], []
-        cut = lambda s: s[: self.max_chars]
-        for i, j in pairs:
-            for c, cr in enumerate(criteria):
-                user = REMOTE_USER.format(prompt=cut(prompt), a=cut(answers[i]), b=cut(answers[j]), name=cr.name,
-                                          check=cr.check)
-                reqs.append(dict(messages=[{"role": "system", "content": REMOTE_SYSTEM},
-                                           {"role": "user", "content": user}],
-                                 max_tokens=4, temperature=0.0, top_logprobs=20))
-                where.append(((i, j), c))
-        comps = self.client.chat_many(reqs, desc="judge")
+        got = self.backend.ordered_pairs(prompt, answers, list(pairs), list(criteria))
+        raw = {(pair, c): got[k, c] for k, pair in enumerate(pairs) for c in range(len(criteria))}
         out = {p: [0.5] * len(criteria) for p in pairs}
-        raw = {}
-        for (pair, c), comp in zip(where, comps):
-            raw[pair, c] = p_from_completion(comp.text, comp.top_logprobs)
-        for (i, j), c in list(raw):
-            v = raw[(i, j), c]
-            if v is None:  # unreadable: what the other order implies, else a tie
+        for ((i, j), c), v in raw.items():
+            if np.isnan(v):  # unreadable: what the other order implies, else a tie
                 w = raw.get(((j, i), c))
-                v = 0.5 if w is None else 1.0 - w
+                v = 0.5 if w is None or np.isnan(w) else 1.0 - w
                 log.warning("remote judge: unreadable verdict for a pair; using %.2f", v)
             out[(i, j)][c] = float(v)
         return out

@@ -16,7 +16,7 @@ How an in-process model scores (`mode`):
   auto      (default) logit where every criterion's scale fits single-digit tokens (max_points <= 9), generate
             otherwise (a judge's written score, as the suites' papers read it; logit is the fast, deterministic
             choice for those scales on a CPU).
-A remote scorer always asks for the scores in text and parses them (rubric_jax.rare.remote_scoring).
+A remote scorer always asks for the scores in text and parses them (rubric_jax.judge.remote.RemoteJudge).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from evals.generate import DiskCache, _digest
-from rubric_jax.rubrics.types import Criterion, Rubric
+from rubric_jax.rubrics.types import Criterion
 
 log = logging.getLogger(__name__)
 
@@ -131,22 +131,22 @@ class LocalScorer(_CachedScorer):
 
 class RemoteScorer(_CachedScorer):
     """Scores from an OpenAI-compatible endpoint ("openai:MODEL@BASE_URL"), all criteria of an answer in one
-    request, parsed from text (rubric_jax.rare.remote_scoring); an unparsable score is NaN."""
+    request, parsed from text (`rubric_jax.judge.remote.RemoteJudge.pointwise_batch`); an unparsable score is
+    NaN."""
 
     def __init__(self, spec: str, cache_dir: str, *, timeout_s: float = 120.0, concurrency: int = 8,
                  max_new_tokens: int = 512, **_ignored):
         super().__init__(cache_dir)
-        from rubric_jax.rare.remote_scoring import RemoteScorer as _Remote
+        from rubric_jax.judge.remote import RemoteJudge
 
-        self.remote = _Remote.from_spec(spec, timeout_s=timeout_s, concurrency=concurrency,
-                                        max_new_tokens=max_new_tokens)
+        self.remote = RemoteJudge.from_spec(spec, timeout_s=timeout_s, concurrency=concurrency,
+                                            max_new_tokens=max_new_tokens)
         self.name = spec
         self.fingerprint = _digest("remote-scorer-v1", spec, max_new_tokens)
 
     def _score(self, prompt, answers, criteria):
-        rubric = Rubric(name="eval", criteria=tuple(criteria))
-        gs = self.remote.score([prompt], [list(answers)], [rubric], seed=0)[0]
-        return np.where(np.asarray(gs.valid, bool), np.asarray(gs.scores, np.float64), np.nan)
+        res = self.remote.pointwise_batch([prompt], [list(answers)], list(criteria), seed=0)[0]
+        return np.where(np.asarray(res.valid, bool), np.asarray(res.scores, np.float64), np.nan)
 
 
 def make_scorer(spec: str, cache_dir: str, *, mode: str = "auto", remote: dict | None = None, **kw) -> _CachedScorer:

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from rubric_jax.judge import Judge
+from rubric_jax.judge import Judge, Verdicts
 from rubric_jax.methods.rcrl.reward import group_rewards
 from rubric_jax.rubrics.types import Criterion, Rubric, load_rubric
 
@@ -80,8 +80,9 @@ def _weights(weights, c: int) -> np.ndarray:
 
 
 def score_groups(prompts: Sequence[str], groups: Sequence[Sequence[str]], rubric, *, mode: str = "pairwise",
-                 judge: Judge | None = None, weights=None, seed: int = 0) -> GroupScores:
-    """Rewards of every completion of every group (see the module docstring). `judge` defaults to a fresh
+                 judge: Verdicts | None = None, weights=None, seed: int = 0) -> GroupScores:
+    """Rewards of every completion of every group (see the module docstring). `judge`: any
+    `rubric_jax.judge.Verdicts` (a `Judge`, or a `RemoteJudge` for pairwise and pointwise); default a fresh
     `make_judge()` on the embedded model (slow to build: make one and reuse it). `seed` picks the listwise
     presentation orders."""
     if mode not in MODES:

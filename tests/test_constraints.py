@@ -125,25 +125,24 @@ def test_method_resolution():
 # ---- the verifier: programs and a scripted LLM ------------------------------------------------
 
 
-def test_verifier_combines_programs_and_llm(monkeypatch):
+def test_verifier_combines_programs_and_llm():
     """Program verdicts per response; the LLM's p_pass thresholded at 1/2; "both" fails when either fails;
     a rollout violates when any constraint fails."""
     from types import SimpleNamespace
 
-    import rubric_jax.judge.verify as verify_mod
-
     calls = []
 
-    def fake_verify(judge, prompts, responses, constraints, mode=None):
-        calls.append(constraints)
-        # p_pass: 0.9 for responses mentioning "past", else 0.2, for every constraint
-        return [SimpleNamespace(p_pass=np.asarray([[0.9 if "past" in r else 0.2] * len(cs) for r in rs], np.float32))
-                for rs, cs in zip(responses, constraints)]
+    class ScriptedJudge:  # the verify_batch of the Verdicts protocol, scripted
+        def verify_batch(self, prompts, responses, constraints, mode=None):
+            calls.append(constraints)
+            # p_pass: 0.9 for responses mentioning "past", else 0.2, for every constraint
+            return [SimpleNamespace(p_pass=np.asarray([[0.9 if "past" in r else 0.2] * len(cs) for r in rs],
+                                                      np.float32))
+                    for rs, cs in zip(responses, constraints)]
 
-    monkeypatch.setattr(verify_mod, "verify_batch", fake_verify)
     cs = parse_constraints([{"type": "no_commas"}, {"type": "tense", "tense": "past"},
                             {"type": "must_include", "words": ["salt"], "verify": "both"}])
-    v = ConstraintVerifier(judge=object(), default="auto")
+    v = ConstraintVerifier(judge=ScriptedJudge(), default="auto")
     (res,) = v.verify(["p"], [["salt in the past", "salt, now", "past without it"]], [cs])
     assert res.methods == ("program", "llm", "both")
     assert calls == [[[cs[1].text, cs[2].text]]]  # only LLM-verified constraints reach the judge, in one call

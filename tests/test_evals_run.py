@@ -271,7 +271,7 @@ def test_shuffled_member_uses_inner_answers(tmp_path, monkeypatch):
 
 
 def test_remote_verdict_parsing():
-    from evals.judges import p_from_completion
+    from rubric_jax.judge.remote import p_from_completion
 
     assert p_from_completion("A", [{"A": -0.1, "B": -2.4}]) == pytest.approx(1 / (1 + np.exp(-2.3)))
     assert p_from_completion("B", [{" B": -0.1, "b": -9.0, "A": -3.0}]) < 0.1

@@ -10,18 +10,10 @@ from flax import nnx
 import pytest
 
 from conftest import last_token_logits
-from rubric_jax.judge import (
-    Judge,
-    JudgmentCache,
-    PromptConfig,
-    VerdictTokenError,
-    all_pairs,
-    circular_pairs,
-    num_swiss_rounds,
-    pairwise,
-    pointwise,
-    swiss_round,
-)
+from rubric_jax.judge import Judge, PromptConfig, pairwise, pointwise
+from rubric_jax.judge.cache import JudgmentCache
+from rubric_jax.judge.pairings import all_pairs, circular_pairs, num_swiss_rounds, swiss_round
+from rubric_jax.judge.prompts import VerdictTokenError
 from rubric_jax.judge.engine import bucket
 from rubric_jax.judge.readout import read_pair_text as _parse_pair, read_score_text as _parse_score
 from rubric_jax.judge.prompts import PromptBuilder
@@ -534,10 +526,10 @@ def test_a_tokenizer_that_merges_digits_cannot_read_two_digit_scales(qwen_tokeni
 
 def test_text_and_served_readouts_are_one_for_local_generate_and_remote_judges():
     """rubric_jax.judge.readout reads a written pairwise verdict for the local generate mode and for a served judge
-    (evals.judges.p_from_completion) alike: the last written answer, else an opening label in its own case."""
+    (rubric_jax.judge.remote.p_from_completion) alike: the last written answer, else an opening label in its own case."""
     import math
 
-    from evals.judges import p_from_completion
+    from rubric_jax.judge.remote import p_from_completion
     from rubric_jax.judge.readout import read_pair_text, read_pair_top_logprobs
 
     cases = {"A. It is clearer.": 0, "**B**": 1, "Response B": 1, "Answer: A, though on reflection... Verdict: B": 1,

@@ -214,7 +214,7 @@ def test_trainer_replaces_and_the_store_survives_a_kill(tiny_qwen3, tmp_path, mo
         scorers.append(CheckScorer(judge))
         return scorers[-1]
 
-    monkeypatch.setattr(rare_phase, "LocalScorer", make_scorer)
+    monkeypatch.setattr(rare_phase, "RubricScorer", make_scorer)
     monkeypatch.setattr(rare_phase, "make_writer", lambda rc, model, tok, seed: revising_writer)
     cfg = lambda: _tiny_run_config("rare", tiny_qwen3[0], steps=3, **{"data.path": data})  # noqa: E731
     straight, resumed = str(tmp_path / "a"), str(tmp_path / "b")

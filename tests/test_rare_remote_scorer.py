@@ -1,4 +1,4 @@
-"""rubric_jax.rare.remote_scoring.RemoteScorer against real HTTP servers: a scripted FastAPI judge (its answer
+"""rubric_jax.rare.scoring.RemoteScorer (a RubricScorer over rubric_jax.judge.remote.RemoteJudge) against real HTTP servers: a scripted FastAPI judge (its answer
 chosen by the response and criteria it is shown) and, slow, our own server (rubric_jax.serve)."""
 
 import logging
@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from rubric_jax.openai_client import ChatClient
-from rubric_jax.rare.remote_scoring import RemoteJudgeUnavailable, RemoteScorer, parse_scores, request_seed
+from rubric_jax.judge.readout import read_scores_text as parse_scores
+from rubric_jax.judge.remote import RemoteJudgeUnavailable, request_seed
+from rubric_jax.rare.scoring import RemoteScorer
 from rubric_jax.rubrics import Criterion, Rubric
 from serve_fixture import free_port, thread_server
 
@@ -247,7 +249,7 @@ def test_the_api_key_never_leaks(server, monkeypatch, caplog):
     assert not groups[0].valid[2].any() and not groups[1].valid[0].any()
     assert "overloaded" in caplog.text and "unreadable" in caplog.text  # the failures were logged...
     assert SECRET not in caplog.text and "I was sent Bearer ***" in caplog.text  # ...without the key
-    assert SECRET not in repr(groups) + repr(scorer) + str(vars(scorer)) + repr(vars(scorer.client))
+    assert SECRET not in repr(groups) + repr(scorer) + str(vars(scorer)) + repr(vars(scorer.verdicts.client))
 
     state["script"] = lambda r, ids, body, auth: 500
     with pytest.raises(RemoteJudgeUnavailable) as e:
@@ -261,8 +263,9 @@ def test_from_spec(server):
     spec = f"openai:judge-model@{base}"
     s = RemoteScorer.from_spec(spec, timeout_s=5, concurrency=2, max_new_tokens=64, max_retries=0,
                                temperature=0.2, max_response_chars=1000)
-    assert s.judge is None and s.model_id == spec and s.client.concurrency == 2 and s.client.timeout_s == 5
-    assert (s.max_new_tokens, s.temperature, s.max_response_chars, s.retry) == (64, 0.2, 1000, True)
+    r = s.verdicts  # the RemoteJudge behind the scorer
+    assert s.judge is None and r.model_id == spec and r.client.concurrency == 2 and r.client.timeout_s == 5
+    assert (r.max_new_tokens, r.temperature, r.max_response_chars, r.retry) == (64, 0.2, 1000, True)
     s.score(PROMPTS[:1], RESPONSES[:1], RUBRICS[:1], seed=0)
     assert {(x["body"]["max_tokens"], x["body"]["temperature"]) for x in state["seen"]} == {(64, 0.2)}
     with pytest.raises(ValueError, match="openai:MODEL@BASE_URL"):

@@ -197,7 +197,7 @@ def _scripted(mp, scorers):
         scorers.append(SharedScorer(judge))
         return scorers[-1]
 
-    mp.setattr(rare_phase, "LocalScorer", make_scorer)
+    mp.setattr(rare_phase, "RubricScorer", make_scorer)
     mp.setattr(rare_phase, "make_writer", lambda rc, model, tok, seed: revising_writer)
 
 

@@ -251,7 +251,7 @@ def test_trainer_grows_the_pools_and_they_survive_a_kill(tiny_qwen3, tmp_path, m
         scorers.append(SpreadScorer(judge))
         return scorers[-1]
 
-    monkeypatch.setattr(rare_phase, "LocalScorer", make_scorer)
+    monkeypatch.setattr(rare_phase, "RubricScorer", make_scorer)
     monkeypatch.setattr(rare_phase, "make_writer", lambda rc, model, tok, seed: ScriptedWriter())
     cfg = lambda: _tiny_run_config("rler", tiny_qwen3[0], steps=3, **{"data.path": data})  # noqa: E731
     straight, resumed = str(tmp_path / "a"), str(tmp_path / "b")

@@ -113,7 +113,8 @@ def test_a_completion_quoting_the_key_is_redacted_and_cached_redacted(stub, key,
 
 @pytest.mark.parametrize("route", ["nonjson", "error4xx"])
 def test_rare_remote_scorer_never_shows_the_key(stub, key, caplog, route):
-    from rubric_jax.rare.remote_scoring import RemoteJudgeUnavailable, RemoteScorer
+    from rubric_jax.judge.remote import RemoteJudgeUnavailable
+    from rubric_jax.rare.scoring import RemoteScorer
     from rubric_jax.rubrics import Criterion, Rubric
 
     caplog.set_level(logging.DEBUG)

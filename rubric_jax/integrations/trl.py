@@ -96,10 +96,11 @@ class _LocalScorer:
     """The judge in this process."""
 
     def __init__(self, model, tokenizer, judge_config):
-        from rubric_jax.judge import Judge
+        from rubric_jax.judge import Verdicts
         from rubric_jax.rewards_api import make_judge
 
-        if isinstance(model, Judge):  # a ready judge: its compiled programs and verdict cache are reused
+        # a ready judge (the local Judge, whose compiled programs and verdict cache are reused, or a RemoteJudge)
+        if isinstance(model, Verdicts):
             if judge_config:
                 raise ValueError(f"judge settings {sorted(judge_config)} cannot change a ready Judge")
             self.judge = model
@@ -276,7 +277,8 @@ def rubric_reward(model_or_path: Any = "smollm2-135m-instruct", rubric: Any = "c
     group.
 
     model_or_path   the judge: an embedded name, HF checkpoint dir or .gguf; in-process only, also a loaded
-                    rubric_jax model with its `tokenizer`, or a ready `rubric_jax.judge.Judge`.
+                    rubric_jax model with its `tokenizer`, or a ready judge (`rubric_jax.judge.Judge` or
+                    `RemoteJudge`: any `rubric_jax.judge.Verdicts`).
     rubric          a built-in rubric name, a rubric JSON path, a Rubric or a list of Criterion.
     mode            "pairwise" (win rates), "listwise" or "pointwise" (rewards_api.score_groups).
     num_generations the trainer's; given, every block must share one prompt (checked); None groups runs of

@@ -18,10 +18,13 @@ Work flow of one call (several prompts can be judged together with *_batch):
 Modes: "logit" (soft), "sign" (the sign of the order-averaged preference), "hard" (argmax per order),
 "generate" (rationale then an answer line, parsed; unreadable answers are invalid). Pointwise scores have no
 orders to average, so "sign" reads them as "logit" does (the expected score). sharing="none" scores every
-judgment as one full sequence (benchmark baseline). This module holds the shapes, the device calls, the
-cache and the one door every verdict kind goes through (`Judge.score`); each kind builds its sequences in
-its own module (`pairwise`, its readout `pair_readout`) and score them through `Judge.score`: `pointwise` (a response alone on a criterion's scale), `listwise` (a whole
-group per presentation order) and `verify` (RLMR's constraint checks).
+judgment as one full sequence (benchmark baseline).
+
+`Judge` is the local backend of the `Verdicts` protocol (verdicts.py): pairwise_batch, pointwise_batch and
+verify_batch. This module holds the shapes, the device calls, the cache and the engine's internal door,
+`Judge._score`, through which every kind's sequences are scored; each kind builds its sequences in its own
+module: `pairwise_judging` (read out in `pair_readout`), `pointwise_judging` (a response alone on a
+criterion's scale), `listwise` (a whole group per presentation order) and `verify` (RLMR's constraint checks).
 
 Randomness never depends on which other prompts share a call, so a batch split over processes judges
 each group as it would have been judged in one call: Swiss pairings of group q draw from
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +55,9 @@ from rubric_jax.judge.common import (COMPARISONS, MODES, SHARING, JudgeConfig, J
 from rubric_jax.judge.packing import first_fit, sequence_keys
 from rubric_jax.judge.prompts import WORSE_PROMPT, PromptBuilder, PromptConfig
 from rubric_jax.rubrics.types import Criterion, Rubric
+
+if TYPE_CHECKING:
+    from rubric_jax.judge.verify import VerifyResult
 
 log = logging.getLogger(__name__)
 
@@ -357,7 +363,7 @@ class Judge:
             raise ValueError(f"mode: unknown {mode!r}; expected one of {MODES}")
         return mode
 
-    def score(self, kind: str, mode: str, work: list[tuple], suffix_of, ids: list[int], sharing: str,
+    def _score(self, kind: str, mode: str, work: list[tuple], suffix_of, ids: list[int], sharing: str,
               seed: int = 0) -> dict:
         """The engine's one door, through which pairwise, pointwise, listwise and verify calls all go.
 
@@ -432,7 +438,7 @@ class Judge:
         return pairwise_batch(self, prompts, responses, criteria, mode=mode, pairing=pairing, seed=seed,
                               sharing=sharing, group_ids=group_ids, comparison=comparison)
 
-    def worse_judge(self) -> "Judge":
+    def _worse_judge(self) -> "Judge":
         """The same model asked for the worse response (prompts.WORSE_PROMPT): its own prompt segments and
         compiled shapes, this judge's cache (its fingerprint keeps the verdicts apart) and statistics."""
         if self._worse is None:
@@ -454,6 +460,16 @@ class Judge:
         from rubric_jax.judge.pointwise_judging import pointwise_batch  # noqa: PLC0415 (it imports this module's names)
 
         return pointwise_batch(self, prompts, responses, criteria, mode=mode, sharing=sharing, seed=seed)
+
+    # ---- verify ------------------------------------------------------------------------------------
+    def verify_batch(self, prompts: Sequence[str], responses: Sequence[Sequence[str]],
+                     constraints: Sequence[Sequence[str]], *, mode: str | None = None,
+                     sharing: str | None = None) -> list[VerifyResult]:
+        """Whether each response keeps each of its prompt's constraint sentences (RLMR's LLM verifier;
+        `rubric_jax.judge.verify`): p_pass[G, K], both label orders averaged."""
+        from rubric_jax.judge.verify import verify_batch  # noqa: PLC0415 (it imports this module's names)
+
+        return verify_batch(self, prompts, responses, constraints, mode=mode, sharing=sharing)
 
     # ---- misc --------------------------------------------------------------------------------
     @staticmethod
@@ -481,11 +497,6 @@ class Judge:
 # the compiled scoring programs are shared anyway, since jit keys them on the model's graph and shapes.
 
 
-def get_judge(model, tokenizer, **config) -> Judge:
-    """A Judge for (model, tokenizer, config)."""
-    return Judge(model, tokenizer, **config)
-
-
 def pairwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria, mode: str | None = None, *,
              pairing: str = "all", seed: int = 0, return_result: bool = False, **config):
     """p[G, G, C] = p_c(i > j), both presentation orders averaged (p + p^T = 1 off the diagonal,
@@ -493,7 +504,7 @@ def pairwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria, 
     mode: default JudgeConfig's ("sign": 1, 0 or 1/2 by the order-averaged preference; "logit" for the
     soft probability).
     return_result=True gives the full PairwiseResult (mask, win rates, per-order verdicts, metrics)."""
-    res = get_judge(model, tokenizer, **config).pairwise(prompt, responses, criteria, mode=mode, pairing=pairing,
+    res = Judge(model, tokenizer, **config).pairwise(prompt, responses, criteria, mode=mode, pairing=pairing,
                                                          seed=seed)
     return res if return_result else res.p
 
@@ -502,9 +513,8 @@ def pointwise(model, tokenizer, prompt: str, responses: Sequence[str], criteria,
               return_result: bool = False, **config):
     """(s[G, C], valid[G, C]): score per response and criterion on 0..m_c (expected score in logit mode,
     argmax in hard mode, parsed in generate mode) and whether it could be read."""
-    res = get_judge(model, tokenizer, **config).pointwise(prompt, responses, criteria, mode=mode)
+    res = Judge(model, tokenizer, **config).pointwise(prompt, responses, criteria, mode=mode)
     return res if return_result else (res.scores, res.valid)
 
 
-__all__ = ["Judge", "JudgeConfig", "JudgeStats", "PairwiseResult", "PointwiseResult", "MODES", "SHARING",
-           "bucket", "get_judge", "pairwise", "pointwise", "model_fingerprint"]
+__all__ = ["Judge", "pairwise", "pointwise"]

@@ -3,7 +3,7 @@
 Source: OpenPipe ART's RULER ranks all rollouts of a group in one judge call. Here the frozen self-judge
 reads the G responses of a prompt together and names the best one for a criterion; the verdict is its
 next-token distribution over the label tokens " A", " B", ... (one per shown response), read as a
-Plackett-Luce first choice (`rubric_jax.rewards.listwise`). Sequences go through `Judge.score`, the same
+Plackett-Luce first choice (`rubric_jax.rewards.listwise`). Sequences go through `Judge._score`, the same
 compiled prefix-tree forward as the pairwise and pointwise verdicts and the constraint verifier:
 
     sequence(r, c) = head(r) + suffix(c)
@@ -212,7 +212,7 @@ def listwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[s
             len(lp.head([0] * pc.max_prompt_tokens, [[0] * pc.max_response_tokens] * g)),
             [len(lp.suffix(cr, g)) for cr in reserved]))
         # all modes read the label logits, so they share cached values
-        got = judge.score(kind, "logit", work, table, lp.label_ids(g), sharing)
+        got = judge._score(kind, "logit", work, table, lp.label_ids(g), sharing)
         for q, r, c, key in where:
             groups[q]["vals"][r, :, c] = got[key][:g]
             groups[q]["lse"][r, c] = got[key][g]

@@ -4,9 +4,9 @@ section 2; "Rubric Curriculum RL" section 3).
 
 `pairwise_batch(judge, ...)` is `Judge.pairwise_batch`. It lists the pairs' sequences (head: instructions, prompt,
 first response; body: second response, question; suffix: the criterion and the answer cue), scores them through
-the engine's one door (`Judge.score`) and reads them in `pair_readout`. Swiss pairing plays rounds, each round's
+the engine's one door (`Judge._score`) and reads them in `pair_readout`. Swiss pairing plays rounds, each round's
 pairs drawn from the standings so far. With judge.config.questions "worse" or "both" the same pairs are also asked
-which response is worse (`Judge.worse_judge`) and the readings are pooled (`pair_readout.pooled_result`).
+which response is worse (`Judge._worse_judge`) and the readings are pooled (`pair_readout.pooled_result`).
 A call or JudgeConfig with comparison="listwise" (the run's judge.comparison) is passed on to
 `rubric_jax.judge.listwise`, whose results carry the same win rates.
 """
@@ -52,7 +52,7 @@ def pooled_readings(judge, prompts, responses, criteria, *, mode, pairing, seed,
     readings = []
     if both:
         readings.append((single_reading(judge, prompts, responses, criteria, **kw), False, 1.0))
-    worse = single_reading(judge.worse_judge(), prompts, responses, criteria, **kw)
+    worse = single_reading(judge._worse_judge(), prompts, responses, criteria, **kw)
     readings.append((worse, True, judge.config.worse_weight if both else 1.0))
     return [pooled_result([(r[q], invert, w) for r, invert, w in readings], mode) for q in range(len(prompts))]
 
@@ -106,7 +106,7 @@ def single_reading(judge, prompts, responses, criteria, *, mode, pairing, seed, 
                                                 gr["d_p"], gr["d_r"][a], gr["d_r"][b], gr["dcs"][c])
                         work.append((key, gr["heads"][a], gr["bodies"][b], gr["sidx"][c]))
                         where.append((gr, a, b, c, key))
-        got = judge.score("pair", mode, work, suffix_of, label_ids, sharing)
+        got = judge._score("pair", mode, work, suffix_of, label_ids, sharing)
         for gr, a, b, c, key in where:
             v = got[key]
             if gen:

@@ -1,7 +1,7 @@
 """Pointwise verdicts through the judge engine: each response scored alone on each criterion's own scale.
 
 Used by absolute rewards (Absolute RaR / Absolute RcRL, RcRL paper Table 3), RARE's integer rubric scores and
-the evals scorers. Sequences go through `Judge.score`, the same compiled prefix-tree forward as the pairwise
+the evals scorers. Sequences go through `Judge._score`, the same compiled prefix-tree forward as the pairwise
 and listwise verdicts and the constraint verifier:
 
     sequence(a, c) = head(a) + suffix(c)
@@ -114,7 +114,7 @@ def pointwise_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[
                 work.append((key, head, body, suffix_of.add(cr, split=True)))
                 for d in leading_digits(cr.max_points):
                     work.append((key + f"|then{d}", head, body, suffix_of.add(cr, (ids[d],), split=True)))
-    got = judge.score("point", mode, work, suffix_of, ids, sharing, seed=seed)
+    got = judge._score("point", mode, work, suffix_of, ids, sharing, seed=seed)
     for gr in groups:
         gr["raw"], gr["then"] = {}, {}
     for gr, a, c, key in where:

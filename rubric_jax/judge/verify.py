@@ -2,7 +2,7 @@
 
 Source: "RLMR: Reinforcement Learning with Mixed Rewards for Creative Writing" (arXiv 2508.18642) verifies
 constraints no program can check with a prompted LLM answering pass/fail. Here the frozen self-judge answers,
-through the judge engine's compiled prefix-tree forward (`Judge.score`, the same program as its pairwise and
+through the judge engine's compiled prefix-tree forward (`Judge._score`, the same program as its pairwise and
 pointwise verdicts):
 
     sequence(a, k, o) = head(a) + suffix(k, o)
@@ -89,7 +89,7 @@ def verify_batch(judge, prompts: Sequence[str], responses: Sequence[Sequence[str
                     key = JudgmentCache.key(judge.model_id, fp, "verify", mode, d_p, d_r[a], str(o), digest(text))
                     work.append((key, head, (), table.keyed((text, o), lambda: pb.verify_suffix(text, o))))
                     where.append((q, a, k, o, key))
-    got = judge.score("verify", mode, work, table, pb.label_ids, sharing) if work else {}
+    got = judge._score("verify", mode, work, table, pb.label_ids, sharing) if work else {}
     for q, a, k, o, key in where:
         groups[q][a, k, o] = got[key]
     results = [_result(vals, mode, judge.config.min_verdict_mass) for vals in groups]

@@ -30,7 +30,7 @@ from rubric_jax.config_checks import choice, fail, integer
 from rubric_jax.judge import Judge, JudgeConfig
 from rubric_jax.methods.rcrl.reward import SharedRewardSection, whole_rubric
 from rubric_jax.rare import rler, sample_level, task_level, task_revision
-from rubric_jax.rare.scoring import LocalScorer
+from rubric_jax.rare.scoring import RubricScorer
 from rubric_jax.rare.store import RubricStore
 from rubric_jax.rl.plugins import BuildContext, Method, RewardBatch, RewardOut, register
 from rubric_jax.rubrics import Criterion
@@ -104,7 +104,7 @@ def make_scorer(config, model, tokenizer, judge_model_id: str):
     or generate readout with one sampled retry) or "openai:MODEL@BASE_URL"."""
     rc = config.rare
     if rc.judge.startswith("openai:"):
-        from rubric_jax.rare.remote_scoring import RemoteScorer
+        from rubric_jax.rare.scoring import RemoteScorer
 
         return RemoteScorer.from_spec(rc.judge, timeout_s=rc.judge_timeout_s, concurrency=rc.judge_concurrency,
                                       max_new_tokens=rc.judge_max_new_tokens, retry=rc.retry)
@@ -118,7 +118,7 @@ def make_scorer(config, model, tokenizer, judge_model_id: str):
         retry = Judge(model, tokenizer, JudgeConfig(mode="generate", gen_temperature=1.0, gen_top_k=20,
                                                     gen_max_new_tokens=rc.retry_max_new_tokens),
                       model_id=judge_model_id, max_response_tokens=config.judge.max_response_tokens)
-    return LocalScorer(judge, retry, mode=rc.score_mode)
+    return RubricScorer(judge, retry, mode=rc.score_mode)
 
 
 def make_writer(rc, model, tokenizer, *, seed: int):

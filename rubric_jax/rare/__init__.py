@@ -1,6 +1,6 @@
 """RARE ("RARE: Reinforcement Learning with Adaptive Rubric Evolution for Open-Ended Generation"):
-integer rubric scores with a retry, from our own model (scoring.py) or an OpenAI-compatible judge
-(remote_scoring.py); each query's rubric and its revisions (store.py); the sample-level step
+integer rubric scores with a retry, from our own model or an OpenAI-compatible judge (scoring.py, over
+rubric_jax.judge's Judge or RemoteJudge); each query's rubric and its revisions (store.py); the sample-level step
 (sample_level.py); task-level revision: the rules (task_level.py) and the run's evidence, request,
 rescoring and decision (task_revision.py, also the MPO baseline); the RLER baseline's per-query pools
 (rler.py); the criterion writer: prompts (writer_prompts.py), validation (validate.py), the retry loop and

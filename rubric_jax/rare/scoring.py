@@ -47,26 +47,39 @@ class Scorer(Protocol):
               seed: int) -> list[GroupScores]: ...
 
 
-class LocalScorer:
-    """Scores with rubric_jax's judge engine on an in-process model (the frozen base by default).
+class RubricScorer:
+    """Scores each group under its rubric through any judge (`rubric_jax.judge.Verdicts`): `Judge`, the
+    in-process engine on the frozen base by default, or `RemoteJudge` (an OpenAI-compatible endpoint).
 
-    `judge` reads in `mode`; `retry_judge` is a generate-mode judge that samples (temperature > 0, so a new
-    seed is a new attempt) and shares the model. Both go through the same compiled forward as training.
+    `verdicts` reads in `mode` ("hard" or "generate"; a remote judge reads "generate", its retry inside it);
+    `retry_judge` is a local generate-mode judge that samples (temperature > 0, so a new seed is a new
+    attempt) and shares the model. A local judge goes through the same compiled forward as training.
     """
 
-    def __init__(self, judge, retry_judge=None, *, mode: str = "hard"):
+    def __init__(self, verdicts, retry_judge=None, *, mode: str = "hard"):
         if mode not in SCORE_MODES:
             raise ValueError(f"rare.score_mode must be one of {SCORE_MODES}, got {mode!r}")
-        self.judge, self.retry_judge, self.mode = judge, retry_judge, mode
+        self.verdicts, self.retry_judge, self.mode = verdicts, retry_judge, mode
+
+    @property
+    def judge(self):
+        """The local judge engine, whose shapes the trainer plans (None for a remote judge)."""
+        from rubric_jax.judge import Judge  # noqa: PLC0415 (the engine imports the models)
+
+        return self.verdicts if isinstance(self.verdicts, Judge) else None
+
+    def __repr__(self) -> str:
+        return f"RubricScorer({self.verdicts!r}, mode={self.mode!r})"
 
     def score(self, prompts, responses, rubrics, *, seed: int) -> list[GroupScores]:
         crits = [list(r.criteria) for r in rubrics]
-        res = self.judge.pointwise_batch(list(prompts), [list(x) for x in responses], crits, mode=self.mode,
-                                         seed=seed)
+        res = self.verdicts.pointwise_batch(list(prompts), [list(x) for x in responses], crits, mode=self.mode,
+                                            seed=seed)
         out = []
         for r, rub in zip(res, rubrics):
             out.append(GroupScores(np.rint(r.scores).astype(np.int32), np.asarray(r.valid, bool).copy(),
-                                   np.asarray(rub.max_points, np.int32)))
+                                   np.asarray(rub.max_points, np.int32), retried=int(r.metrics.get("retried", 0)),
+                                   recovered=int(r.metrics.get("recovered", 0))))
         if self.retry_judge is not None:
             self._retry(prompts, responses, rubrics, out, seed)
         for gs in out:
@@ -95,3 +108,23 @@ class LocalScorer:
             gs.recovered += int(ok.sum())
             gs.scores[a, cols[ok]] = np.rint(r.scores[0, ok]).astype(np.int32)
             gs.valid[a, cols[ok]] = True
+
+
+class RemoteScorer(RubricScorer):
+    """RARE's training judge at an OpenAI-compatible endpoint: a `RubricScorer` over a `RemoteJudge` (one request
+    per response with all its rubric's criteria, read by `rubric_jax.judge.readout.read_scores_text`, one
+    retry request per response with unreadable cells). `judge_or_client`: a RemoteJudge, or a ChatClient with
+    `kw` for the RemoteJudge built on it."""
+
+    def __init__(self, judge_or_client, **kw):
+        from rubric_jax.judge.remote import RemoteJudge  # noqa: PLC0415
+
+        judge = judge_or_client if isinstance(judge_or_client, RemoteJudge) else RemoteJudge(judge_or_client, **kw)
+        super().__init__(judge, mode="generate")
+
+    @classmethod
+    def from_spec(cls, spec: str, **kw) -> "RemoteScorer":
+        """"openai:MODEL@BASE_URL" (key from OPENAI_API_KEY); `kw`: `RemoteJudge.from_spec`'s."""
+        from rubric_jax.judge.remote import RemoteJudge  # noqa: PLC0415
+
+        return cls(RemoteJudge.from_spec(spec, **kw))

@@ -4,7 +4,7 @@
 group of responses, decides every (response, constraint) with the method `constraints.resolve_method` picks,
 and returns a `GroupVerdict` per prompt. A rollout violates when it breaks at least one constraint; a
 constraint verified by "both" is broken when either verifier says so. The LLM verdicts come from the frozen
-self-judge (`rubric_jax.judge.verify.verify_batch`: both label orders, prefix-shared over a response's
+self-judge (`Judge.verify_batch`, any `rubric_jax.judge.Verdicts` in fact; locally both label orders, prefix-shared over a response's
 constraints), all prompts of a call in one batch.
 """
 
@@ -39,7 +39,8 @@ class GroupVerdict:
 class ConstraintVerifier:
     """Programs for what a program can decide, the judge for the rest (see `constraints.resolve_method`).
 
-    judge: a `rubric_jax.judge.Judge`, needed only when some constraint is verified by the LLM.
+    judge: any `rubric_jax.judge.Verdicts` (the local Judge or a RemoteJudge), needed only when some constraint
+    is verified by the LLM.
     default: the run's `reward.verifier` ("auto" | "program" | "llm" | "both").
     """
 
@@ -74,12 +75,10 @@ class ConstraintVerifier:
         if any(llm_texts):
             if self.judge is None:
                 raise ValueError("constraints verified by the LLM, but the verifier has no judge")
-            from rubric_jax.judge.verify import verify_batch  # the judge package imports models: only when used
-
             todo = [q for q, t in enumerate(llm_texts) if t]
             self.llm_calls += 1
-            res = verify_batch(self.judge, [prompts[q] for q in todo], [responses[q] for q in todo],
-                               [llm_texts[q] for q in todo], mode=self.mode)
+            res = self.judge.verify_batch([prompts[q] for q in todo], [responses[q] for q in todo],
+                                          [llm_texts[q] for q in todo], mode=self.mode)
             for q, r in zip(todo, res):
                 llm[q][:, llm_slots[q]] = r.p_pass
         out = []

@@ -7,7 +7,7 @@ rubric_source="record". Qwen2.5-Coder-1.5B-Instruct compares every pair of a gro
 instruction in both presentation orders; a rollout's reward is its win rate averaged over the prompt's
 instructions (RcRL's eq. 1 with equal weights, no curriculum: every prompt has its own one or two criteria).
 The judge answers both questions, which is better and which is worse, pooled (judge.questions="both": the
-reading the judge-fidelity study chose on its tuning kinds, README "A judge apart from the policy").
+reading the judge-fidelity study chose on its tuning kinds, docs/judge.md, "A judge apart from the policy").
 
 IFEval's programs never enter the reward; for the log only, judge/program_agreement is the share of pairs the
 program decides (one rollout keeps the instruction, the other breaks it) that the judge orders the same way,

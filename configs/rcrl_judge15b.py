@@ -11,7 +11,7 @@ The reward is RcRL's (docs/method.md §2): per active criterion every pair of a 
 both orders, the win rates are weighted with emphasis on the newest criterion, and one criterion joins every
 `reward.interval` steps in the rubric's order (prompt_alignment, then plot_coherence, then character_depth).
 The judge answers both pairwise questions ("which is better", "which is worse") and pools them
-(judge.questions="both"; README, "A judge apart from the policy"): on the tuning kinds of the judge-fidelity
+(judge.questions="both"; docs/judge.md, "A judge apart from the policy"): on the tuning kinds of the judge-fidelity
 study the 1.5B orders 0.94 of the pairs that way against 0.58 with the first question alone. The evaluation is
 another matter: the second command rates trained against base on held-out prompts (evals/data, never trained
 on) with the same 1.5B asked a plain overall-quality question, both orders, bootstrap intervals, and a

@@ -12,7 +12,7 @@ criterion that is G sequences of G responses against G(G-1) sequences of two.
 
 Expect judge/top_agreement (how often one presentation picks the group's consensus best) and
 judge/position_spread in the logs next to the usual win_rate_spread/<criterion>. With the embedded 135M judge,
-listwise ranking is weaker than pairwise (README, "Listwise against pairwise judging"); it is meant for
+listwise ranking is weaker than pairwise (docs/benchmarks.md, "Listwise against pairwise judging"); it is meant for
 judges that can read a whole group, and for measuring that.
 """
 

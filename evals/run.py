@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge_questions", default="better", choices=("better", "worse", "both"),
                    help="pairwise questions of in-process judges (pairwise_elo, rubric_score's pairwise part, "
                         "fixed_rubric's validation, gv_gap): the question asked of each pair (both: better and worse "
-                        "pooled, rubric_jax.judge.JudgeConfig.questions; README, 'A judge apart from the policy')")
+                        "pooled, rubric_jax.judge.JudgeConfig.questions; docs/judge.md, "
+                        "'A judge apart from the policy')")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--data", default="", help="prompts JSONL (default: evals/data/creative_writing_eval.jsonl)")
     p.add_argument("--prompts", type=int, default=0, help="first N prompts (0 = all)")

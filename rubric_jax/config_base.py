@@ -102,7 +102,7 @@ def base_config() -> ml_collections.ConfigDict:
     # checks, log how often the judge agrees with the program (judge/program_agreement[/<id>]); the program's
     # verdicts are computed for the log only and never reach the reward
     # questions: better (default) | worse | both: which pairwise question(s) the judge answers; "both" pools the
-    # two readings, the worse one weighted by worse_weight (JudgeConfig.questions; README, "A judge apart")
+    # two readings, the worse one weighted by worse_weight (JudgeConfig.questions; docs/judge.md, "A judge apart")
     # comparison: pairwise (pairs of a group's responses, scheduled by `pairing`: all | circular | swiss) |
     # listwise (the whole group in one judge sequence per presentation; rubric_jax.judge.listwise)
     c.judge = ml_collections.ConfigDict(dict(mode="sign", comparison="pairwise", pairing="all",

@@ -1,7 +1,7 @@
 """A judge double that reads word order, for the suites' "a model beats its shuffled copy" checks.
 
 The embedded 135M judge cannot separate an answer from its word-shuffled copy on pointwise rubric items
-(README, "Judge fidelity"), so the real tiny runs of the suites assert only that they run and agree with
+(docs/judge.md, "Judge fidelity"), so the real tiny runs of the suites assert only that they run and agree with
 themselves. These doubles stand in for a judge that can: an answer's coherence is the share of its adjacent
 word pairs that also occur, in that order, in the coherent answers of the run; every criterion gets
 coherence x its maximum, and a pairwise reading prefers the more coherent answer. Whatever a suite does with

@@ -1,5 +1,5 @@
-"""Run in the 8-device subprocess (tests/mesh_checks.py): the README's sharding block, as written, twice in one
-process on the tiny checkpoint; reports where each run put the weights."""
+"""Run in the 8-device subprocess (tests/mesh_checks.py): the sharding block of docs/scaling.md, as written,
+twice in one process on the tiny checkpoint; reports where each run put the weights."""
 
 import os
 
@@ -16,7 +16,7 @@ def result(ckpt):
     runs = []
     for _ in range(2):
         ns = {"rubric_jax": rubric_jax, "path": ckpt}
-        exec(block, ns)  # noqa: S102 - the README's own example
+        exec(block, ns)  # noqa: S102 - the documentation's own example
         leaves = jax.tree.leaves(nnx.state(ns["model"]))
         runs.append({"kinds": sorted({type(a.sharding).__name__ for a in leaves}),
                      "mesh": sorted({str(dict(a.sharding.mesh.shape)) for a in leaves}),

@@ -30,7 +30,7 @@ def test_notebook_is_valid_and_stored_without_outputs():
     for c in code:
         assert c.outputs == [] and c.execution_count is None, f"outputs left in a cell:\n{c.source[:200]}"
     source = "\n".join(c.source for c in code)
-    # the commands it runs are the README's: train :tiny, evaluate against the base, and a Qwen3 run
+    # the commands it runs are the README's (train :tiny, evaluate against the base) and a Qwen3 run (docs/scaling.md)
     assert "configs/rcrl.py:tiny" in source and '"evals.run"' in source and '"evals.curves"' in source
     assert "--config.model={qwen3_dir}" in source
     params = _parameters(nb).source

@@ -2,7 +2,7 @@
 process: a documented call that works once and then breaks (a package function replaced by its submodule on
 the first lazy import did) is caught here.
 
-The README's calls name the embedded judge, "smollm2-135m-instruct"; here that string is replaced by a tiny
+The documented calls name the embedded judge, "smollm2-135m-instruct"; here that string is replaced by a tiny
 random checkpoint's directory, a form the same calls document ("or an HF dir"), so the blocks cost a tiny
 model's compiles. The embedded name itself is loaded by tests/test_smollm2.py and the README's commands.
 """
@@ -26,6 +26,7 @@ RUN_BY = {
     "tok = rubric_jax.load_tokenizer(": "test_doc_examples.py::test_the_python_api_block",
     "p = judge.pairwise(model, tok": "test_doc_examples.py::test_the_self_judging_block",
     "j = make_judge(": "test_doc_examples.py::test_the_rewards_api_block",
+    "local = Judge(model, tok)": "test_doc_examples.py::test_the_verdicts_block",
     "reward = rubric_reward(": "test_doc_examples.py::test_the_trl_block",
     "mesh = make_mesh(": "test_doc_examples.py::test_the_sharding_block",
     '@register("word_target")': "test_methods.py::test_the_worked_example_trains_a_step",
@@ -48,7 +49,7 @@ def test_every_python_block_is_run_by_a_test():
 
 @pytest.mark.slow
 def test_the_python_api_block(tiny_qwen3):
-    """Load, forward, generate (the README's "Python API"), twice. About 10 s: the tiny model's sampler."""
+    """Load, forward, generate (docs/python_api.md), twice. About 10 s: the tiny model's sampler."""
     import jax.numpy as jnp
 
     block = python_block("tok = rubric_jax.load_tokenizer(").replace(EMBEDDED, repr(tiny_qwen3[0]))
@@ -56,7 +57,7 @@ def test_the_python_api_block(tiny_qwen3):
     texts = []
     for _ in range(2):
         ns = {"tokens_bt": jnp.asarray(tokens)}
-        exec(block, ns)  # noqa: S102 - the README's own example
+        exec(block, ns)  # noqa: S102 - the documentation's own example
         assert ns["logits"].shape == (2, 5, tiny_qwen3[1].config.vocab_size) and ns["logits"].dtype == jnp.float32
         assert len(ns["texts"]) == 1 and isinstance(ns["texts"][0], str)
         texts.append(ns["texts"][0])
@@ -65,7 +66,7 @@ def test_the_python_api_block(tiny_qwen3):
 
 @pytest.mark.slow
 def test_the_self_judging_block(tiny_qwen3):
-    """judge.pairwise and judge.pointwise (the README's "Self-judging"), twice: the second run once raised
+    """judge.pairwise and judge.pointwise (docs/judge.md, "Self-judging"), twice: the second run once raised
     "'module' object is not callable"."""
     from rubric_jax import judge, rubrics
 
@@ -81,6 +82,27 @@ def test_the_self_judging_block(tiny_qwen3):
         assert p.shape == (2, 2, c) and s.shape == (2, c) and np.asarray(ns["valid"]).shape == (2, c)
         np.testing.assert_allclose(p + np.swapaxes(p, 0, 1), 1.0, atol=1e-6)
         assert callable(judge.pairwise) and callable(judge.pointwise)
+
+
+@pytest.mark.slow
+def test_the_verdicts_block(tiny_qwen3):
+    """The one door (docs/judge.md, "One door to a verdict"), each kind twice: pairwise and listwise win rates
+    average 1/2, pointwise scores are within each criterion's scale, the verifier's p_pass in [0, 1]."""
+    from rubric_jax import load_model, load_tokenizer, rubrics
+
+    block = python_block("local = Judge(model, tok)")
+    rubric = rubrics.load_rubric("creative_writing")
+    model, tok = load_model(tiny_qwen3[0]), load_tokenizer(tiny_qwen3[0])
+    for _ in range(2):
+        ns = {"model": model, "tok": tok, "prompt": PROMPT, "responses": RESPONSES, "rubric": rubric}
+        exec(block, ns)  # noqa: S102
+        (pw,), (lw,), (pt,), (vf,) = ns["pw"], ns["lw"], ns["pt"], ns["vf"]
+        c = len(rubric.criteria)
+        assert pw.p.shape == (2, 2, c) and pw.win_rates.shape == lw.win_rates.shape == (2, c)
+        np.testing.assert_allclose(pw.win_rates.mean(0), 0.5, atol=1e-6)
+        np.testing.assert_allclose(lw.win_rates.mean(0), 0.5, atol=1e-5)
+        assert pt.scores.shape == (2, c) and (pt.scores <= np.asarray(rubric.max_points)).all()
+        assert vf.p_pass.shape == (2, 1) and ((vf.p_pass >= 0) & (vf.p_pass <= 1)).all()
 
 
 @pytest.mark.slow
@@ -127,7 +149,7 @@ def test_the_trl_block(tiny_qwen3, monkeypatch):
 
 @pytest.mark.slow
 def test_the_sharding_block(tiny_qwen3, tmp_path_factory):
-    """make_mesh, load_model(path, mesh=...), use_mesh (the README's "Sharding"), twice, in the 8-device
+    """make_mesh, load_model(path, mesh=...), use_mesh (docs/scaling.md, "Sharding"), twice, in the 8-device
     subprocess the suite's other mesh checks share (test_sharding.mesh_check): every weight on the
     (fsdp=2, tensor=4) mesh, some split across devices."""
     from test_sharding import mesh_check

@@ -121,8 +121,8 @@ def test_the_finder_finds_a_name_shadowed_by_its_submodule(tmp_path, monkeypatch
 
 
 def test_no_public_name_is_shadowed_by_a_submodule():
-    """rubric_jax.judge.pairwise (the README's function) was replaced by its submodule judge/pairwise.py on the
-    engine's first lazy import of it: the README's second call raised 'module' object is not callable."""
+    """rubric_jax.judge.pairwise (docs/judge.md's function) was replaced by its submodule judge/pairwise.py on the
+    engine's first lazy import of it: the documented block's second call raised 'module' object is not callable."""
     assert shadowed_names() == []
 
 

@@ -1,5 +1,5 @@
 """RLMR in training: the penalty's guarantee on random groups, the reward phase with real programmatic checks,
-dynamic sampling inside a real step (scripted rewards), the README's RLMR command on the embedded SmolLM2 and
+dynamic sampling inside a real step (scripted rewards), docs/configs.md's RLMR command on the embedded SmolLM2 and
 its baselines' configs on a tiny random Qwen3."""
 
 import dataclasses
@@ -170,12 +170,13 @@ def test_dynamic_sampling_refills_bounds_and_pads(setup, monkeypatch):
     assert m["dynamic/sampled_groups"] == 4 and m["dynamic/extra_rounds"] == 0 and m["dynamic/padded_groups"] == 0
 
 
-# ---- the configs in training: RLMR from the README on the embedded model, its baselines on a tiny one ----
+# ---- the configs in training: RLMR from docs/configs.md on the embedded model, its baselines on a tiny one ----
 
 
 def test_the_logged_violator_advantage_is_the_largest_of_a_violator_in_a_kept_group():
-    """rlmr/violator_adv_max, which the README run below checks is < 0 whenever a kept group has a violator (a
-    tiny random model's groups seldom mix violators and compliant rollouts: this is the hand-made case)."""
+    """rlmr/violator_adv_max, which the run of docs/configs.md's command below checks is < 0 whenever a kept
+    group has a violator (a tiny random model's groups seldom mix violators and compliant rollouts: this is the
+    hand-made case)."""
     adv = np.array([[0.5, -0.2, -0.3], [1.0, -1.0, 0.0], [0.3, -0.1, -0.2]])
     violate = np.array([[False, True, True], [True, False, False], [False, False, True]])
     weight = np.array([1.0, 0.0, 0.5])  # the second group was dropped (a padded slot): its violator is not counted
@@ -186,7 +187,7 @@ def test_the_logged_violator_advantage_is_the_largest_of_a_violator_in_a_kept_gr
 
 @pytest.mark.slow
 def test_rlmr_tiny_runs_from_the_readme_command(tiny_qwen3, tmp_path):
-    """`python -m rubric_jax.main --config=configs/rlmr.py:tiny`, the README's command, on the tiny random Qwen3
+    """`python -m rubric_jax.main --config=configs/rlmr.py:tiny`, docs/configs.md's command, on the tiny random Qwen3
     (what is checked is the command, the mix and dynamic sampling, not what a real model writes; the README's
     first run is the SmolLM2 one, tests/conftest.py's trained_workdir): two steps with the real verifier
     (programs and the LLM), dynamic sampling logged, and every violator of a kept group below zero advantage."""
@@ -206,9 +207,10 @@ def test_rlmr_tiny_runs_from_the_readme_command(tiny_qwen3, tmp_path):
 @pytest.mark.parametrize("name", ["writing_only", "verifier_only", "rlmr_linear", "rlmr_noisy"])
 def test_rlmr_baselines_run_two_steps(name, tiny_qwen3, tmp_path):
     """Each baseline's :tiny config for two steps, on the tiny random Qwen3 (what is checked is how the reward
-    mixes the judge's writing score with the verifier's flags, not what a real model writes; the README command
-    test above runs RLMR itself). They compile into the session's cache (tests/conftest.py), so the programs of
-    that command's subprocess, the same :tiny shapes on the same checkpoint, are loaded rather than compiled."""
+    mixes the judge's writing score with the verifier's flags, not what a real model writes; the docs/configs.md
+    command's test above runs RLMR itself). They compile into the session's cache (tests/conftest.py), so the
+    programs of that command's subprocess, the same :tiny shapes on the same checkpoint, are loaded rather than
+    compiled."""
     c = load_config(name, "tiny")
     c.unlock()
     c.model, c.tensorboard = tiny_qwen3[0], False

@@ -107,13 +107,14 @@ def test_runs_every_suite_and_says_which_hold(tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_the_15b_judge_ranks_smollm2_above_its_shuffled_copy_in_every_suite(tmp_path):
     """The real claims, on the embedded SmolLM2 and the 1.5B judge (both questions pooled), with the settings
-    the README's table was measured at: pairwise_elo, rubric_score (both parts), elements and fixed_rubric's
-    blind pairwise validation rank the model above its word-shuffled copy, and gv_gap's verification accuracy
-    is above chance. health and fixed_rubric's pointwise metrics do not (the README says why): the 1.5B marks
-    most items met, and gives most metrics their top score, whatever it reads; that is checked. Over 30 s: six
-    suites, each generating with the 135M model and judging with the 1.5B in f32 on a CPU. Heavy: 62 minutes
-    alone on 2 cores in a clean clone (the README's table gives each suite's time); test_runs_every_suite_and_says_which_hold
-    checks the same command on known results."""
+    docs/evaluation.md's table was measured at: pairwise_elo, rubric_score (both parts), elements and
+    fixed_rubric's blind pairwise validation rank the model above its word-shuffled copy, and gv_gap's
+    verification accuracy is above chance. health and fixed_rubric's pointwise metrics do not
+    (docs/evaluation.md says why): the 1.5B marks most items met, and gives most metrics their top score,
+    whatever it reads; that is checked. Over 30 s: six suites, each generating with the 135M model and judging
+    with the 1.5B in f32 on a CPU. Heavy: 62 minutes alone on 2 cores in a clean clone (docs/evaluation.md's
+    table gives each suite's time); test_runs_every_suite_and_says_which_hold checks the same command on known
+    results."""
     from rubric_jax.models import parts
 
     try:

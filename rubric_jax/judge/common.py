@@ -51,7 +51,7 @@ class JudgeConfig:
     prompt: PromptConfig = PromptConfig()
     # logit | sign | hard | generate (docs/method.md, "Judge"). "sign" (discrete verdicts with the position
     # preference averaged out first) is as accurate as "logit" and spreads a group's win rates far more
-    # (the judge-fidelity study, README "Judge fidelity").
+    # (the judge-fidelity study, docs/judge.md "Judge fidelity").
     mode: str = "sign"
     # pairwise (pairs of the group's responses, scheduled by `pairing`) | listwise (the whole group in one
     # sequence per presentation and criterion, rubric_jax.judge.listwise; `pairwise_batch` hands such calls to it)

@@ -102,6 +102,28 @@ def test_linear_mix_and_its_baselines():
         assert not drop.any()
 
 
+def test_share_credit_counts_the_constraints_kept():
+    """rlmr.credit="share": the verifier's term is the share of the prompt's constraints a rollout keeps (1 with
+    none), checked by hand against two-constraint prompts; the all-or-nothing term on the same rollouts."""
+    recs = [_Rec("a", [{"type": "no_commas"}, {"type": "must_include", "words": ["salt"]}]), _Rec("c", [])]
+    cons = {r.id: parse_constraints(r.constraints) for r in recs}
+    responses = [["salt, pepper", "salt only", "pepper, thyme", "plain"], ["a, b", "c", "d", "e"]]
+    writing = lambda p, r: (np.zeros((2, 4), np.float32), {})
+    got = {}
+    for credit in ("share", "all"):
+        cfg = rlmr_phase.RlmrConfig(mix="linear", linear_a=0.0, linear_b=1.0, writing="none", credit=credit)
+        rt = rlmr_phase.RlmrRuntime(cfg, ConstraintVerifier(None, "auto"), cons)
+        got[credit] = rlmr_phase.rewards(rt, writing, recs, ["p"] * 2, responses, 0.0, jax.random.key(0), [0, 1])[0]
+    # kept: "salt, pepper" 1 of 2 (comma), "salt only" 2, "pepper, thyme" 0, "plain" 1 (no comma, no salt)
+    np.testing.assert_allclose(got["share"], [[0.5, 1.0, 0.0, 0.5], [1.0, 1.0, 1.0, 1.0]])
+    np.testing.assert_allclose(got["all"], [[0.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    np.testing.assert_array_equal(rlmr_phase.kept_share(np.zeros((3, 0), bool)), [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="credit='share' needs rlmr.mix='linear'"):
+        rlmr_phase.RlmrConfig(mix="penalty", credit="share")
+    with pytest.raises(ValueError, match="rlmr.credit must be one of"):
+        rlmr_phase.RlmrConfig(mix="linear", credit="some")
+
+
 # ---- dynamic sampling in a real step ------------------------------------------------------------
 
 

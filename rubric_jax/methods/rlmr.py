@@ -15,6 +15,10 @@ in rubric_jax.rewards.rlmr and docs/method.md. Per group of G rollouts of one pr
                      rollout violates carries no constraint signal and is dropped (zero weight, refilled by
                      dynamic sampling). "linear": r' = a * r + b * (1 - violate) (the fixed-weight baseline;
                      a = 1, b = 0 is writing-only, a = 0, b = 1 verifier-only).
+  credit             rlmr.credit = "all" (the paper's: a rollout passes when it keeps every constraint) or, with
+                     the linear mix only, "share": r' = a * r + b * kept_i / K, the share of the prompt's K
+                     constraints rollout i keeps (1 when K = 0). Where prompts carry two instructions, a rollout
+                     that keeps one of them then earns half, which the all-or-nothing pass cannot tell from none.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from rubric_jax.config_checks import section
+from rubric_jax.config_checks import fail, section
 from rubric_jax.methods import agreement
 from rubric_jax.methods.per_prompt import load_store
 from rubric_jax.methods.rcrl.method import judge_summary
@@ -43,6 +47,7 @@ from rubric_jax.verifiers.verifier import ConstraintVerifier
 log = logging.getLogger(__name__)
 
 WRITING = ("absolute", "pairwise", "reward_model", "none")
+CREDITS = ("all", "share")
 MIXES = ("penalty", "linear")
 TYPES = tuple(sorted(KINDS))  # fixed order: per-type counts are rows that pool across processes
 
@@ -60,6 +65,7 @@ class RlmrConfig:
     verifier: str = "auto"  # auto | program | llm | both (per-constraint "verify" wins)
     reward_model: str = ""  # rlmr.writing="reward_model": a *ForSequenceClassification checkpoint directory
     reward_model_batch: int = 8
+    credit: str = "all"  # all | share (linear mix only): what the verifier's term counts
 
     def __post_init__(self):
         if self.writing not in WRITING:
@@ -69,6 +75,10 @@ class RlmrConfig:
         if self.gamma <= 0 and self.mix == "penalty":
             raise ValueError(f"rlmr.gamma must be > 0 (the margin that makes violators' advantages negative), "
                              f"got {self.gamma}")
+        if self.credit not in CREDITS:
+            raise ValueError(f"rlmr.credit must be one of {CREDITS}, got {self.credit!r}")
+        if self.credit == "share" and self.mix != "linear":
+            raise ValueError("rlmr.credit='share' needs rlmr.mix='linear' (the group penalty reads a violation flag)")
         if self.writing == "reward_model" and not self.reward_model:
             raise ValueError("rlmr.writing='reward_model' needs rlmr.reward_model (a checkpoint directory)")
 
@@ -118,6 +128,15 @@ def group_keys(key, group_ids: Sequence[int]):
     return [jax.random.fold_in(key, int(i)) for i in group_ids]
 
 
+def kept_share(passes_gk: np.ndarray) -> np.ndarray:
+    """kept_i / K: the share of the prompt's K constraints each rollout keeps, 1 when there are none (rlmr.credit =
+    "share"; passes_gk (G, K) bool)."""
+    passes_gk = np.asarray(passes_gk, bool)
+    if passes_gk.shape[1] == 0:
+        return np.ones(passes_gk.shape[0], np.float32)
+    return passes_gk.mean(axis=1).astype(np.float32)
+
+
 def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], responses: Sequence[Sequence[str]],
             flip: float, key, group_ids: Sequence[int]) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
     """(r_bg, rows, drop_b) for this process' groups.
@@ -152,8 +171,10 @@ def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], respon
         delta = np.asarray(RC.rlmr_delta(jnp.asarray(r_w), jnp.asarray(violate), cfg.gamma))
         r_new, drop = np.asarray(r_new, np.float32), np.asarray(all_v, bool)
     else:
-        r_new = np.asarray(RC.linear_mix(jnp.asarray(r_w), 1.0 - jnp.asarray(violate, jnp.float32), cfg.linear_a,
-                                         cfg.linear_b), np.float32)
+        kept = 1.0 - jnp.asarray(violate, jnp.float32)
+        if cfg.credit == "share":
+            kept = jnp.asarray(np.stack([kept_share(v.passes) for v in verdicts]))
+        r_new = np.asarray(RC.linear_mix(jnp.asarray(r_w), kept, cfg.linear_a, cfg.linear_b), np.float32)
         delta, drop = np.zeros(len(prompts), np.float32), np.zeros(len(prompts), bool)
     passed, total = np.zeros((1, len(TYPES)), np.int64), np.zeros((1, len(TYPES)), np.int64)
     for v in verdicts:
@@ -208,6 +229,8 @@ class RlmrMethod(SharedRewardSection, Method):
     def validate(config) -> None:
         whole_rubric(config, "reward.method='rlmr' judges the writing")
         section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
+        if config.rlmr.credit == "share" and config.reward.verifier_flip > 0:
+            fail("rlmr.credit", "share", "'all' when reward.verifier_flip flips the verifier's pass/violate flags")
 
     @classmethod
     def config_sections(cls) -> dict[str, dict]:
@@ -218,7 +241,8 @@ class RlmrMethod(SharedRewardSection, Method):
             mix="penalty",  # penalty (the group penalty delta) | linear (a * r + b * pass)
             gamma=0.1, linear_a=1.0, linear_b=1.0,
             verifier="auto",  # auto (program where one exists, else the LLM) | program | llm | both
-            reward_model="", reward_model_batch=8)}
+            reward_model="", reward_model_batch=8,
+            credit="all")}  # all (keeps every constraint) | share (of the constraints kept; linear mix only)
 
     @classmethod
     def compares_in_group(cls, config) -> bool:

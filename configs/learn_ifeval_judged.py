@@ -4,10 +4,11 @@ Everything but the reward's source is learn_ifeval.py's (prompts, G = 8, 12 step
 dynamic sampling, seed: `rubric_jax.config_base.ifeval_learning`). The reward is RLMR's verifier with
 rlmr.verifier="llm": for every (rollout, instruction) the judge is shown the prompt, the rollout and the very
 sentence of the prompt that states the instruction (the record constraint's "text", never a paraphrase of the
-checker's code) and answers keeps / breaks in both label orders (`rubric_jax.judge.verify`); the reward is 1
-when the judge passes every instruction of the prompt, else 0, the program run's form exactly. The hard 0/1 form
-rather than the pass probabilities: the comparison asks whether the judge's verdict can stand in for the
-program's, so the verdict enters the reward the way the program's does, and only its source differs.
+checker's code) and answers keeps / breaks in both label orders (`rubric_jax.judge.verify`); the reward is the
+share of the prompt's instructions the judge passes (p_pass >= 1/2), the program run's form exactly
+(rlmr.credit="share"). Hard pass verdicts rather than the pass probabilities: the comparison asks whether the
+judge's verdict can stand in for the program's, so the verdict enters the reward the way the program's does,
+and only its source differs.
 
 IFEval's programs never enter the reward: they run beside it for the log only (judge.program_agreement):
 judge/program_agreement is the share of (rollout, instruction) verdicts where the judge agrees with the
@@ -21,9 +22,9 @@ program, judge/program_agreement/<id> the same per instruction id.
 The :tiny variant is learn_ifeval's smoke run with the policy's own base as the judge (the 1.5B is an optional
 install), so it runs anywhere the tests do. `python -m evals.reward_sources` trains and evaluates this config
 beside the program's and reports the gain over the base with its interval and the judge's agreement per id.
-What to expect: reward/mean is the share of rollouts the judge passes on every instruction, and
+What to expect: reward/mean is the mean share of instructions the judge passes, and
 judge/program_agreement/<id> shows which instructions the judge reads like the program and which it misreads.
-Measured on a 2-core CPU (f32, 2 steps): 238-259 s a step, of it 170-206 s judging (the dynamic refill judges a
+Measured on a 2-core CPU (f32, 2 steps, with the all-or-nothing reward of the time): 238-259 s a step, of it 170-206 s judging (the dynamic refill judges a
 second batch when the groups are flat); the 1.5B passed 97% of the rollouts and agreed with the programs on 13%
 and 42% of its verdicts.
 """

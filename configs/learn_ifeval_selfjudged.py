@@ -1,6 +1,6 @@
 """configs/learn_ifeval.py with the verdicts from the policy's own frozen base: the papers' self-judging setting.
 
-The same as configs/learn_ifeval_judged.py (RLMR's LLM verifier, reward 1 when every instruction is judged
+The same as configs/learn_ifeval_judged.py (RLMR's LLM verifier, reward the share of the instructions judged
 kept, everything else learn_ifeval.py's) except that the verifier is SmolLM2-135M-Instruct itself, frozen at its
 starting weights (judge.model="", the default of every method here): the setting "Rubric Curriculum RL" calls
 exploiting the generation-verification gap, at the scale this machine trains. The programs run beside the

@@ -197,12 +197,14 @@ def ifeval_learning(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def ifeval_verified(c: ml_collections.ConfigDict, verifier: str) -> ml_collections.ConfigDict:
     """The reward of the IFEval learning configs that read one verdict per instruction: RLMR's verifier alone
-    (linear mix a = 0, b = 1, no writing reward), 1 when every instruction of the prompt is kept, else 0.
+    (linear mix a = 0, b = 1, no writing reward), the share of the prompt's instructions kept (rlmr.credit =
+    "share", chosen on a held-out split of the training prompts over the all-or-nothing pass: configs/learn_ifeval.py).
     verifier: "program" (IFEval's checkers) or "llm" (the run's judge reads each instruction's sentence)."""
     from rubric_jax.methods.rlmr import rlmr_overrides  # noqa: PLC0415
 
     c = rlmr_overrides(c, mix="linear", a=0.0, b=1.0)
     c.rlmr.writing = "none"  # the verifier is the whole reward
+    c.rlmr.credit = "share"
     c.rlmr.verifier = verifier
     return c
 

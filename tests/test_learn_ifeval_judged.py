@@ -173,7 +173,7 @@ def test_each_judged_config_differs_from_the_programs_only_in_the_rewards_source
               "learn_ifeval_selfjudged": {"rlmr.verifier"},
               # not an RLMR run: the method and its rubric, and RLMR's section back at its defaults
               "learn_ifeval_pairwise": {"reward.method", "rubric", "rubric_source", "judge.model", "judge.questions",
-                                        "rlmr.writing", "rlmr.mix", "rlmr.linear_a", "rlmr.verifier"}}[name]
+                                        "rlmr.writing", "rlmr.mix", "rlmr.linear_a", "rlmr.verifier", "rlmr.credit"}}[name]
     for variant in (None, "tiny"):
         program, judged = _flat(load_config("learn_ifeval", variant).to_dict()), _flat(load_config(name, variant).to_dict())
         assert program.keys() == judged.keys()

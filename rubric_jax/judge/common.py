@@ -192,6 +192,20 @@ def as_criteria(criteria) -> list[Criterion]:
     return out
 
 
+def criteria_per_prompt(criteria, n: int) -> list[list[Criterion]]:
+    """One criteria list per prompt from one rubric for all (a Rubric, a Criterion or a list of them) or a
+    list of n rubrics."""
+    if isinstance(criteria, (Rubric, Criterion)):
+        return [as_criteria(criteria)] * n
+    criteria = list(criteria)
+    if criteria and all(isinstance(c, Criterion) for c in criteria):
+        return [as_criteria(criteria)] * n
+    if len(criteria) != n:
+        raise ValueError(f"criteria: expected one rubric for all prompts or one per prompt ({n}), "
+                         f"got {len(criteria)}")
+    return [as_criteria(c) for c in criteria]
+
+
 def model_fingerprint(model) -> str:
     """Identifies a model's weights cheaply (config plus a few parameter slices)."""
     h = hashlib.sha256(repr(model.cfg).encode())

@@ -50,11 +50,11 @@ from rubric_jax import progress
 from rubric_jax.judge import forward
 from rubric_jax.judge.cache import JudgmentCache, digest
 from rubric_jax.judge.common import (COMPARISONS, MODES, SHARING, JudgeConfig, JudgeStats,  # noqa: F401
-                                     PairwiseResult, PointwiseResult, as_criteria, bucket,
+                                     PairwiseResult, PointwiseResult, as_criteria, bucket, criteria_per_prompt,
                                      check_questions, model_fingerprint, pow2, pow2_floor)
 from rubric_jax.judge.packing import first_fit, sequence_keys
 from rubric_jax.judge.prompts import WORSE_PROMPT, PromptBuilder, PromptConfig
-from rubric_jax.rubrics.types import Criterion, Rubric
+from rubric_jax.rubrics.types import Criterion
 
 if TYPE_CHECKING:
     from rubric_jax.judge.verify import VerifyResult
@@ -472,19 +472,7 @@ class Judge:
         return verify_batch(self, prompts, responses, constraints, mode=mode, sharing=sharing)
 
     # ---- misc --------------------------------------------------------------------------------
-    @staticmethod
-    def criteria_per_prompt(criteria, n: int) -> list[list[Criterion]]:
-        """One criteria list per prompt from one rubric for all (a Rubric, a Criterion or a list of them) or a
-        list of n rubrics."""
-        if isinstance(criteria, (Rubric, Criterion)):
-            return [as_criteria(criteria)] * n
-        criteria = list(criteria)
-        if criteria and all(isinstance(c, Criterion) for c in criteria):
-            return [as_criteria(criteria)] * n
-        if len(criteria) != n:
-            raise ValueError(f"criteria: expected one rubric for all prompts or one per prompt ({n}), "
-                             f"got {len(criteria)}")
-        return [as_criteria(c) for c in criteria]
+    criteria_per_prompt = staticmethod(criteria_per_prompt)
 
     def metrics(self) -> dict[str, float]:
         d = self.stats.as_dict()

@@ -40,7 +40,6 @@ Pointwise failures are logged at most twice per batch; everything logged or rais
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import time
@@ -48,7 +47,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rubric_jax.judge.common import COMPARISONS, PairwiseResult, PointwiseResult, as_criteria
+from rubric_jax.judge.common import COMPARISONS, PairwiseResult, PointwiseResult, as_criteria, criteria_per_prompt
 from rubric_jax.judge.pair_readout import pair_result, pooled_vals
 from rubric_jax.judge.pairings import pairs_for
 from rubric_jax.judge.readout import (allowed_scores_text, read_pair_text, read_pair_top_logprobs,
@@ -258,9 +257,7 @@ class RemoteJudge:
                              f"local judge)")
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
-        from rubric_jax.judge.engine import Judge  # noqa: PLC0415 (the engine imports jax models; only the helper)
-
-        per_prompt = Judge.criteria_per_prompt(criteria, len(prompts))
+        per_prompt = criteria_per_prompt(criteria, len(prompts))
         results = []
         for prompt, resps, crits in zip(prompts, responses, per_prompt):
             g, c = len(resps), len(crits)
@@ -299,16 +296,14 @@ class RemoteJudge:
             raise ValueError(f"a remote judge reads written scores (mode 'generate'), got mode {mode!r}")
         if len(prompts) != len(responses):
             raise ValueError(f"{len(prompts)} prompts but {len(responses)} response groups")
-        from rubric_jax.judge.engine import Judge  # noqa: PLC0415
-
-        crits = Judge.criteria_per_prompt(criteria, len(prompts))
+        crits = criteria_per_prompt(criteria, len(prompts))
         t0 = time.perf_counter()
         scores = [np.zeros((len(rs), len(cs)), np.int64) for rs, cs in zip(responses, crits)]
         valid = [np.zeros((len(rs), len(cs)), bool) for rs, cs in zip(responses, crits)]
         jobs = [(b, a) for b, rs in enumerate(responses) for a in range(len(rs))]
         reqs = [self._score_request(prompts[b], responses[b][a], crits[b], seed=request_seed(seed, b, a, 0),
                                     temperature=self.temperature) for b, a in jobs]
-        outs = self._chat(reqs, "rare judge")
+        outs = self._chat(reqs, "judge scores")
         failed = [self._report_failures(outs, "judge")]
         self._all_failed(outs)
         shown_bad = False
@@ -352,7 +347,7 @@ class RemoteJudge:
                 s = (s + 1) & 0x7FFFFFFF
             reqs.append(self._score_request(prompts[b], responses[b][a], [crits[b][c] for c in cols], seed=s,
                                             temperature=temperature))
-        outs = self._chat(reqs, "rare judge retry")
+        outs = self._chat(reqs, "judge scores retry")
         failed.append(self._report_failures(outs, "retry"))
         for (b, a, cols), o in zip(jobs, outs):
             retried[b] += int(cols.size)

@@ -79,3 +79,29 @@ def test_a_second_signal_while_stopping_exits_at_once_with_the_signals_status():
     assert p.returncode == 143
     assert p.stderr.strip().splitlines() == ["second SIGTERM while stopping: exiting now without saving; the newest "
                                             "complete checkpoint is unchanged"]
+
+
+def test_a_signal_landing_where_exceptions_are_ignored_still_stops_the_step_without_a_traceback(capfd):
+    """The handler ran inside a garbage-collector callback (JAX has one), where Python prints a raised
+    exception as "Exception ignored in ..." and drops it: CI saw that traceback on a SIGTERM. The stop must
+    arrive in the step's own code all the same, and nothing be printed."""
+    import gc
+    import time
+
+    def callback(phase, info):
+        gc.callbacks.remove(callback)
+        signal.raise_signal(signal.SIGTERM)  # runs the handler here, inside the callback
+
+    with StopSignals() as stops:
+        with pytest.raises(Stopped) as e:
+            gc.callbacks.append(callback)
+            gc.collect()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # the step's work goes on until the stop reaches it
+                time.sleep(0.005)
+            raise AssertionError("the swallowed stop never came back")
+        stops.stopping()
+    assert callback not in gc.callbacks
+    assert (e.value.signum, e.value.finished_step) == (signal.SIGTERM, False)
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err, err

@@ -12,6 +12,12 @@ collective, so the signal only sets a flag; at the next step boundary the proces
 A second signal while the first is being handled (most often: during that save) exits at once with the same
 status: orbax renames a checkpoint into place only once it is complete, so the previous one stays the newest.
 Exit statuses are the shell's, 128 + the signal number: 143 for SIGTERM, 130 for SIGINT.
+
+Python runs a signal handler wherever the main thread is, and that may be a place whose exceptions go nowhere:
+a garbage-collector callback (JAX registers one), a `__del__`, a weakref callback. There `Stopped` would be
+printed as "Exception ignored in ..." with a traceback and lost. A process-wide `sys.unraisablehook` catches
+exactly those: it drops the report and sends the signal again a moment later, when the main thread is back in
+code that propagates it.
 """
 
 from __future__ import annotations
@@ -73,6 +79,27 @@ def resume_command(argv: Optional[list[str]] = None) -> str:
     return " ".join(shlex.quote(a) for a in head + argv[1:])
 
 
+_ACTIVE: Optional["StopSignals"] = None  # the run whose handlers are installed
+
+
+def _catch_lost_stops() -> None:
+    """Installs, once per process, the unraisable hook that gives a `Stopped` raised where Python ignores
+    exceptions back to the run that raised it; every other report goes to the hook that was there before."""
+    prev = sys.unraisablehook
+    if getattr(prev, "_rubric_jax_stops", False):
+        return
+
+    def hook(u):
+        run = _ACTIVE
+        if run is not None and isinstance(u.exc_value, Stopped):
+            run._lost(u.exc_value.signum)
+        else:
+            prev(u)
+
+    hook._rubric_jax_stops = True
+    sys.unraisablehook = hook
+
+
 class StopSignals:
     """SIGTERM / SIGINT handlers for the duration of a run (the previous handlers come back on exit).
 
@@ -89,20 +116,50 @@ class StopSignals:
         self._held = 0  # > 0: inside `held()`, the signal waits for its end
         self._handling = False  # a Stopped was raised: the next signal exits at once
         self._previous: dict[int, object] = {}
+        self._resend: Optional[int] = None  # a Stopped was swallowed: this signal is on its way again
+        self._timer: Optional[threading.Timer] = None
 
     def __enter__(self) -> "StopSignals":
+        global _ACTIVE
         if threading.current_thread() is threading.main_thread():
             for s in SIGNALS:
                 self._previous[s] = signal.signal(s, self._handler)
+            _catch_lost_stops()
+            _ACTIVE = self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _ACTIVE
+        if _ACTIVE is self:
+            _ACTIVE = None
+        self._resend = None
+        if self._timer is not None:
+            self._timer.cancel()
         for s, h in self._previous.items():
             signal.signal(s, h)
         self._previous.clear()
 
+    def _lost(self, signum: int) -> None:
+        """The Stopped just raised was swallowed (see the module's docstring): the stop is not under way, so
+        the signal is sent again, from a timer thread since anything raised in here would be swallowed too."""
+        self._handling = False
+        self._resend = signum
+        self._timer = threading.Timer(0.05, self._send_again)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _send_again(self) -> None:
+        signum = self._resend
+        if signum is not None and self._previous:
+            os.kill(os.getpid(), signum)
+
     def _handler(self, signum, frame) -> None:
-        if self.received is not None or self._handling:
+        again = self._resend == signum
+        self._resend = None
+        if again:
+            if self._handling:  # the run reached a boundary meanwhile and is stopping already
+                return
+        elif self.received is not None or self._handling:
             # Second signal: whatever is being written stays unfinished, and the previous checkpoint intact.
             print(f"second {signal.Signals(signum).name} while stopping: exiting now without saving; the newest "
                   f"complete checkpoint is unchanged", file=sys.stderr, flush=True)

@@ -12,8 +12,11 @@ The four configs differ in the reward's source alone (`rubric_jax.config_base.if
 
 trains what is missing (DIR/runs/<source>, `python -m rubric_jax.main`, which resumes an interrupted run; a
 finished run is marked by DIR/runs/<source>/done.json with its wall time and reused), evaluates the base and every
-trained policy with `evals.ifeval` on the same prompts (DIR/ifeval; answers are cached), and writes
-DIR/reward_sources.json, .md and .png:
+newly trained policy with `evals.ifeval` on the same prompts (DIR/ifeval/<name>/), and writes
+DIR/reward_sources.json, .md and .png. A source already trained and evaluated in DIR (its done.json,
+metrics.jsonl and eval_results_strict.jsonl) joins the table whatever --only says and is not evaluated
+again, so the table is built up from those small files over several invocations (checkpoints are not needed
+once a policy is scored); the paired intervals refuse models scored on different prompts. The table:
 
   - per source: the instruction- and prompt-level strict gain over the base with its 95% paired bootstrap
     interval (prompts resampled, both models scored on the same draw), the share of the program's gain it
@@ -318,6 +321,20 @@ def _parse(argv) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def evaluated(out: str, name: str) -> bool:
+    """Whether `evals.ifeval` has scored model `name` into out/ifeval/<name>/."""
+    return os.path.exists(os.path.join(out, "ifeval", name, "eval_results_strict.jsonl"))
+
+
+def finished(out: str, source: str) -> bool:
+    """A source trained and evaluated in an earlier invocation: its done.json, metrics.jsonl and IFEval results
+    are all in `out`. Such a source joins the table whatever --only says, without its checkpoints, so the table
+    can be built up over several sessions from the small files alone."""
+    run = os.path.join(out, "runs", source)
+    return (os.path.exists(os.path.join(run, "done.json")) and os.path.exists(os.path.join(run, "metrics.jsonl"))
+            and evaluated(out, source))
+
+
 def run(args, *, train: Callable = train_subprocess, evaluate: Callable = evaluate_ifeval) -> dict[str, Any]:
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in only if s not in SOURCES]
@@ -326,15 +343,23 @@ def run(args, *, train: Callable = train_subprocess, evaluate: Callable = evalua
     if any("=" not in kv for kv in args.set):
         raise RewardSourcesError(f"--set takes KEY=VALUE, got {[kv for kv in args.set if '=' not in kv]}")
     out = os.path.abspath(args.out)
-    runs, logs = {}, {}
-    for source in [s for s in SOURCES if s in only]:  # the table's order, whatever --only's
+    runs, logs, fresh = {}, {}, []
+    for source in SOURCES:  # the table's order, whatever --only's
+        if source not in only and not finished(out, source):
+            continue
         workdir = os.path.join(out, "runs", source)
+        trained_now = not os.path.exists(os.path.join(workdir, "done.json"))
         runs[source] = ensure_trained(source, workdir, args.variant, args.set, train)
         logs[source] = run_log(workdir)
+        if trained_now or not evaluated(out, source):
+            fresh.append(source)
     base = args.base or next((kv.split("=", 1)[1] for kv in args.set if kv.startswith("model=")),
                              None) or program_config().model
     eval_dir = os.path.join(out, "ifeval")
-    evaluate({BASE: base, **{s: os.path.join(out, "runs", s) for s in runs}}, eval_dir, args)
+    todo = ([BASE] if not evaluated(out, BASE) else []) + fresh
+    specs = {BASE: base, **{s: os.path.join(out, "runs", s) for s in runs}}
+    if todo:  # a model evaluated before keeps its answers; a freshly trained one is (re)scored
+        evaluate({n: specs[n] for n in todo}, eval_dir, args)
     table = build_table(eval_dir, logs, runs, resamples=args.bootstrap, seed=args.seed)
     table["base_model"] = base
     paths = write(table, out)

@@ -97,9 +97,16 @@ def test_the_command_trains_what_is_missing_evaluates_and_writes_the_table(tmp_p
     md = (tmp_path / "reward_sources.md").read_text()
     assert "| judged |" in md and "70.0%" in md and "punctuation:no_comma" in md
     assert json.loads((tmp_path / "reward_sources.json").read_text())["sources"].keys() == {"program", "judged"}
-    # a second call reuses both runs; a third with other settings is refused
+    # a second call reuses both runs and their scores; a third with other settings is refused
     RS.run(args, train=_fake_train(calls), evaluate=_fake_evaluate(seen))
-    assert calls == ["program", "judged"]
+    assert calls == ["program", "judged"] and len(seen) == 1
+    # a later session (its checkpoints gone, only the small files kept) adds one source: only that one is
+    # trained and scored, and the table holds all three
+    later = RS._parse([f"--out={tmp_path}", "--only=pairwise", "--bootstrap=500", "--set=model=/m"])
+    table = RS.run(later, train=_fake_train(calls), evaluate=_fake_evaluate(seen))
+    assert calls[-1] == "pairwise" and seen[-1] == {"pairwise": str(tmp_path / "runs" / "pairwise")}
+    assert list(table["sources"]) == ["program", "judged", "pairwise"]
+    assert table["sources"]["judged"]["recovery"]["share"] == pytest.approx(share)
     other = RS._parse([f"--out={tmp_path}", "--only=program", "--set=model=/other"])
     with pytest.raises(RS.RewardSourcesError, match="was trained with"):
         RS.run(other, train=_fake_train(calls), evaluate=_fake_evaluate(seen))

@@ -105,3 +105,31 @@ def test_a_signal_landing_where_exceptions_are_ignored_still_stops_the_step_with
     assert (e.value.signum, e.value.finished_step) == (signal.SIGTERM, False)
     err = capfd.readouterr().err
     assert "Exception ignored" not in err and "Traceback" not in err, err
+
+
+def test_the_stop_and_checkpoint_handlers_share_one_unraisable_hook_and_pass_the_rest_on(monkeypatch):
+    """The lost-stop handler and the failed-save one sit behind one process-wide hook: installing either again,
+    in any order, stacks nothing, and a report neither takes reaches the hook that was there before."""
+    import gc
+
+    from rubric_jax.rl import checkpoint_errors, stopping
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(type(u.exc_value).__name__))
+    stopping._catch_lost_stops()
+    hook = sys.unraisablehook
+    checkpoint_errors._silence_abandoned_writes()
+    stopping._catch_lost_stops()
+    assert sys.unraisablehook is hook
+
+    class Raises:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def __del__(self):
+            raise self.exc
+
+    Raises(Stopped(signal.SIGTERM))  # no run active: not the lost-stop handler's, so reported
+    Raises(KeyError("k"))
+    gc.collect()
+    assert seen == ["Stopped", "KeyError"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-import sys
 
 from rubric_jax.errors import UserError
+from rubric_jax.rl.unraisable import intercept
 
 __all__ = ["SaveFailedError", "cause_chain", "os_error", "quiet_failed_saves", "short"]
 
@@ -60,19 +60,10 @@ def _is_closed_loop_callback(exc_type, exc, tb) -> bool:
 def _silence_abandoned_writes() -> None:
     """Drops the unraisable-exception reports of `_is_closed_loop_callback`: after a failed save they come by the
     dozen (up to ~200 lines), printed at any moment before or after the one-line error, since the failure happens
-    in the background before `check` sees it. Installed when a writing Checkpointer opens, once per process and
-    never removed (the late callbacks can come during interpreter exit); every other report goes to the hook
-    that was there before."""
-    prev = sys.unraisablehook
-    if getattr(prev, "_rubric_jax", False):
-        return
-
-    def hook(u):
-        if not _is_closed_loop_callback(u.exc_type, u.exc_value, u.exc_traceback):
-            prev(u)
-
-    hook._rubric_jax = True
-    sys.unraisablehook = hook
+    in the background before `check` sees it. Installed when a writing Checkpointer opens (`unraisable`: once per
+    process, never removed, since the late callbacks can come during interpreter exit)."""
+    intercept("abandoned_checkpoint_writes",
+              lambda u: _is_closed_loop_callback(u.exc_type, u.exc_value, u.exc_traceback))
 
 
 def cause_chain(e: BaseException):

@@ -30,6 +30,8 @@ import sys
 import threading
 from typing import Callable, Optional
 
+from rubric_jax.rl.unraisable import intercept
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 __all__ = ["SIGNALS", "Stopped", "StopSignals", "resume_command"]
@@ -83,21 +85,17 @@ _ACTIVE: Optional["StopSignals"] = None  # the run whose handlers are installed
 
 
 def _catch_lost_stops() -> None:
-    """Installs, once per process, the unraisable hook that gives a `Stopped` raised where Python ignores
-    exceptions back to the run that raised it; every other report goes to the hook that was there before."""
-    prev = sys.unraisablehook
-    if getattr(prev, "_rubric_jax_stops", False):
-        return
+    """Gives a `Stopped` raised where Python ignores exceptions back to the run that raised it (`unraisable`:
+    one process-wide hook; every other report goes on as before)."""
 
-    def hook(u):
+    def handles(u) -> bool:
         run = _ACTIVE
         if run is not None and isinstance(u.exc_value, Stopped):
             run._lost(u.exc_value.signum)
-        else:
-            prev(u)
+            return True
+        return False
 
-    hook._rubric_jax_stops = True
-    sys.unraisablehook = hook
+    intercept("lost_stops", handles)
 
 
 class StopSignals:

@@ -5,7 +5,8 @@ The policy samples G responses to each of two training prompts per set (the lear
 each set the way a run's reward phase does, the judgment cache off:
 
   verify     RLMR's verifier, every (rollout, instruction) in both label orders (learn_ifeval_judged / _selfjudged)
-  pairwise   every ordered pair of a group on each instruction (learn_ifeval_pairwise), `--questions` readings
+  pairwise   the group's pairs (`--pairing`, `--circular_k`) in both orders on each instruction
+             (learn_ifeval_pairwise), `--questions` readings
 
 Per kind and dtype it prints and writes (--out) the padded and real tokens the device ran, their ratio, and the
 seconds of each set: the first set compiles, the later ones give the steady time per set (one set = the judging
@@ -14,6 +15,7 @@ device calls replaced by zeros: seconds, not minutes).
 
     python benchmarks/judge_cost.py --kinds=verify --dtypes=float32,bfloat16 --out /tmp/judge_cost.json
     python benchmarks/judge_cost.py --kinds=verify,pairwise --dry --out /tmp/judge_tokens.json
+    python benchmarks/judge_cost.py --kinds=pairwise --questions=worse --pairing=circular --out /tmp/pw.json
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def measure(args, kinds: list[str]) -> tuple[list[dict], list[dict]]:
     for dtype in [d for d in args.dtypes.split(",") if d]:
         model = load_model(args.judge, jnp.dtype(dtype))
         for kind in kinds:
-            judge = Judge(model, jtok, JudgeConfig(cache_entries=0, questions=args.questions))
+            judge = Judge(model, jtok, JudgeConfig(cache_entries=0, questions=args.questions, pairing=args.pairing,
+                                                   circular_k=args.circular_k))
             rows = judge_sets(judge, kind, sets)
             later = rows[1:] or rows  # the first set compiles
             real, padded = sum(r["real"] for r in rows), sum(r["padded"] for r in rows)
@@ -108,6 +111,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", default=DATA)
     p.add_argument("--kinds", default="verify,pairwise")
     p.add_argument("--questions", default="both", help="pairwise readings: better | worse | both")
+    p.add_argument("--pairing", default="all", help="pairwise pairs: all | circular")
+    p.add_argument("--circular_k", type=int, default=1, help="ring neighbours on each side (--pairing=circular)")
     p.add_argument("--dtypes", default="float32")
     p.add_argument("--sets", type=int, default=3)
     p.add_argument("--g", type=int, default=8)

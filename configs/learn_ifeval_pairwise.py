@@ -3,11 +3,16 @@
 Everything but the reward's source is learn_ifeval.py's (`rubric_jax.config_base.ifeval_learning`). Each
 training record carries its instructions as an inline rubric (one criterion per instruction, its check the
 sentence of the prompt that states it; `rubric_jax.data.ifeval_train.instruction_rubric`), read with
-rubric_source="record". Qwen2.5-Coder-1.5B-Instruct compares every pair of a group's 8 rollouts on each
-instruction in both presentation orders; a rollout's reward is its win rate averaged over the prompt's
-instructions (RcRL's eq. 1 with equal weights, no curriculum: every prompt has its own one or two criteria).
-The judge answers both questions, which is better and which is worse, pooled (judge.questions="both": the
-reading the judge-fidelity study chose on its tuning kinds, docs/judge.md, "A judge apart from the policy").
+rubric_source="record". Qwen2.5-Coder-1.5B-Instruct compares each rollout with its two ring neighbours in the
+group (judge.pairing="circular": 8 of the 28 pairs of a group of 8) on each instruction, in both presentation
+orders; a rollout's reward is its win rate over the pairs it was in, averaged over the prompt's instructions
+(RcRL's eq. 1 with equal weights, no curriculum: every prompt has its own one or two criteria). The judge is
+asked which response is worse, its verdict read inverted (judge.questions="worse"). Both choices are the hour's
+budget: all 28 pairs with both questions pooled (the reading the judge-fidelity study chose on its tuning kinds,
+0.94 there) cost 69,120 padded tokens a batch and about 16 minutes a step on 2 CPU cores, over three hours for
+the run; this layout costs 12,800 (`benchmarks/judge_cost.py --kinds=pairwise --questions=worse
+--pairing=circular --dry`), and "worse" is the better single reading on those tuning kinds (0.86 against 0.58
+for "better"; docs/judge.md, "A judge apart from the policy").
 
 IFEval's programs never enter the reward; for the log only, judge/program_agreement is the share of pairs the
 program decides (one rollout keeps the instruction, the other breaks it) that the judge orders the same way,
@@ -36,5 +41,10 @@ def get_config(arg=None):
     c.rubric = ""  # every training record carries its own rubric
     c.rubric_source = "record"
     c.judge.model = JUDGE
-    c.judge.questions = "both"
+    # One reading and each rollout against its two ring neighbours (circular, one on each side): 12,800 padded tokens a batch where all 28
+    # pairs with both questions take 69,120 (benchmarks/judge_cost.py --dry), the only way found to fit the
+    # 12 steps in an hour on 2 CPU cores; "worse" is the best single reading on the fidelity study's tuning
+    # kinds (0.86 against 0.58 for "better"; both pooled 0.94 cost twice the tokens).
+    c.judge.questions = "worse"
+    c.judge.pairing = "circular"
     return finalize(c, arg, tiny=ifeval_tiny)

@@ -173,6 +173,7 @@ def test_each_judged_config_differs_from_the_programs_only_in_the_rewards_source
               "learn_ifeval_selfjudged": {"rlmr.verifier"},
               # not an RLMR run: the method and its rubric, and RLMR's section back at its defaults
               "learn_ifeval_pairwise": {"reward.method", "rubric", "rubric_source", "judge.model", "judge.questions",
+                                        "judge.pairing",
                                         "rlmr.writing", "rlmr.mix", "rlmr.linear_a", "rlmr.verifier", "rlmr.credit"}}[name]
     for variant in (None, "tiny"):
         program, judged = _flat(load_config("learn_ifeval", variant).to_dict()), _flat(load_config(name, variant).to_dict())
@@ -187,7 +188,8 @@ def test_each_judged_config_differs_from_the_programs_only_in_the_rewards_source
     full = load_config(name)
     assert full.judge.model == ("" if name.endswith("selfjudged") else "qwen2.5-coder-1.5b-instruct")
     if name.endswith("pairwise"):
-        assert (full.reward.method, full.rubric_source, full.judge.questions) == ("pairwise", "record", "both")
+        assert (full.reward.method, full.rubric_source, full.judge.questions) == ("pairwise", "record", "worse")
+        assert full.judge.pairing == "circular"  # the hour's budget: the config says why
     else:
         assert (full.reward.method, full.rlmr.verifier, full.rlmr.writing) == ("rlmr", "llm", "none")
 

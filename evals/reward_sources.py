@@ -2,8 +2,8 @@
 
 The four configs differ in the reward's source alone (`rubric_jax.config_base.ifeval_learning` holds the rest):
 
-  program     configs/learn_ifeval.py             IFEval's checkers, 1 when every instruction is kept
-  judged      configs/learn_ifeval_judged.py      the 1.5B judge, met / not met per instruction, same 0/1 form
+  program     configs/learn_ifeval.py             IFEval's checkers, the share of the prompt's instructions kept
+  judged      configs/learn_ifeval_judged.py      the 1.5B judge, met / not met per instruction, the same share
   pairwise    configs/learn_ifeval_pairwise.py    the 1.5B comparing rollouts per instruction (RcRL's win rate)
   selfjudged  configs/learn_ifeval_selfjudged.py  the policy's frozen base verifies each instruction
 

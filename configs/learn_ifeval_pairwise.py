@@ -42,9 +42,9 @@ def get_config(arg=None):
     c.rubric = ""  # every training record carries its own rubric
     c.rubric_source = "record"
     c.judge.model = JUDGE
-    # One reading and each rollout against its two ring neighbours (circular, one on each side): 12,800 padded tokens a batch where all 28
-    # pairs with both questions take 69,120 (benchmarks/judge_cost.py --dry), the only way found to fit the
-    # 12 steps in an hour on 2 CPU cores; "worse" is the best single reading on the fidelity study's tuning
+    # One reading, each rollout against its two ring neighbours (circular, one on each side): 12,800 padded
+    # tokens a batch where all 28 pairs with both questions take 69,120 (benchmarks/judge_cost.py --dry), the
+    # only way found to fit the 12 steps in an hour on 2 CPU cores; "worse" is the best single reading on the fidelity study's tuning
     # kinds (0.86 against 0.58 for "better"; both pooled 0.94 cost twice the tokens).
     c.judge.questions = "worse"
     c.judge.pairing = "circular"

@@ -297,7 +297,10 @@ def hf_smollm2(smollm2_path):
     import torch
     import transformers
 
-    torch.set_num_threads(2)
+    # One thread: CI's two xdist workers share 2 cores, and torch's OpenMP threads spin-wait for a core the
+    # other worker holds. Measured on 2 cores shared with another job: 32 greedy tokens of this model took
+    # 24-51 s with 2 threads, 2.6 s with 1.
+    torch.set_num_threads(1)
     m = transformers.AutoModelForCausalLM.from_pretrained(
         os.path.dirname(smollm2_path), gguf_file=os.path.basename(smollm2_path), dtype=torch.float32)
     return m.eval()

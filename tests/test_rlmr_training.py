@@ -124,6 +124,45 @@ def test_share_credit_counts_the_constraints_kept():
         rlmr_phase.RlmrConfig(mix="linear", credit="some")
 
 
+class _TableJudge:
+    """Returns fixed pass probabilities per prompt: the soft credit's arithmetic is checked by hand here; the
+    real verifier's p_pass is tested against the engine in test_verify.py."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def verify_batch(self, prompts, responses, texts, mode=None):
+        return [dataclasses.replace(_P(), p_pass=np.asarray(self.table[p], np.float32)) for p in prompts]
+
+
+@dataclasses.dataclass
+class _P:
+    p_pass: np.ndarray = None
+
+
+def test_soft_credit_is_the_mean_pass_probability():
+    """rlmr.credit="soft": mean_k P(keeps k): the LLM's p_pass where it verifies, the program's 0/1 where that
+    runs, their product under verify="both"; 1 with no constraints. Hand-computed on two prompts."""
+    recs = [_Rec("a", [{"type": "no_commas", "verify": "llm"}, {"type": "no_commas", "verify": "both"},
+                       {"type": "must_include", "words": ["salt"], "verify": "program"}]), _Rec("c", [])]
+    cons = {r.id: parse_constraints(r.constraints) for r in recs}
+    responses = [["salt, pepper", "salt only"], ["x", "y"]]
+    # judge sees the llm and both constraints of prompt "pa": (G = 2, K_llm = 2)
+    judge = _TableJudge({"pa": [[0.9, 0.8], [0.3, 0.6]]})
+    cfg = rlmr_phase.RlmrConfig(mix="linear", linear_a=0.0, linear_b=1.0, writing="none", credit="soft")
+    rt = rlmr_phase.RlmrRuntime(cfg, ConstraintVerifier(judge, "auto"), cons)
+    writing = lambda p, r: (np.zeros((2, 2), np.float32), {})
+    r = rlmr_phase.rewards(rt, writing, recs, ["pa", "pc"], responses, 0.0, jax.random.key(0), [0, 1])[0]
+    # "salt, pepper": llm 0.9, both 0 (comma) * 0.8, program 1 (salt) -> (0.9 + 0 + 1) / 3
+    # "salt only":    llm 0.3, both 1 * 0.6,      program 1        -> (0.3 + 0.6 + 1) / 3
+    np.testing.assert_allclose(r, [[1.9 / 3, 1.9 / 3], [1.0, 1.0]], atol=1e-6)
+    judge.table["pa"] = [[0.9, 0.8], [0.2, 0.6]]
+    r = rlmr_phase.rewards(rt, writing, recs, ["pa", "pc"], responses, 0.0, jax.random.key(0), [0, 1])[0]
+    np.testing.assert_allclose(r[0], [1.9 / 3, 1.8 / 3], atol=1e-6)
+    with pytest.raises(ValueError, match="credit='soft' needs rlmr.mix='linear'"):
+        rlmr_phase.RlmrConfig(mix="penalty", credit="soft")
+
+
 # ---- dynamic sampling in a real step ------------------------------------------------------------
 
 

@@ -19,6 +19,9 @@ in rubric_jax.rewards.rlmr and docs/method.md. Per group of G rollouts of one pr
                      the linear mix only, "share": r' = a * r + b * kept_i / K, the share of the prompt's K
                      constraints rollout i keeps (1 when K = 0). Where prompts carry two instructions, a rollout
                      that keeps one of them then earns half, which the all-or-nothing pass cannot tell from none.
+                     "soft" (linear mix only): r' = a * r + b * mean_k p_ik, the LLM verifier's probability that
+                     rollout i keeps constraint k (a program's 0/1 where a program checks it): a judge sure of
+                     one rollout and unsure of another still tells them apart.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from rubric_jax.verifiers.verifier import ConstraintVerifier
 log = logging.getLogger(__name__)
 
 WRITING = ("absolute", "pairwise", "reward_model", "none")
-CREDITS = ("all", "share")
+CREDITS = ("all", "share", "soft")
 MIXES = ("penalty", "linear")
 TYPES = tuple(sorted(KINDS))  # fixed order: per-type counts are rows that pool across processes
 
@@ -65,7 +68,7 @@ class RlmrConfig:
     verifier: str = "auto"  # auto | program | llm | both (per-constraint "verify" wins)
     reward_model: str = ""  # rlmr.writing="reward_model": a *ForSequenceClassification checkpoint directory
     reward_model_batch: int = 8
-    credit: str = "all"  # all | share (linear mix only): what the verifier's term counts
+    credit: str = "all"  # all | share | soft (linear mix only): what the verifier's term counts
 
     def __post_init__(self):
         if self.writing not in WRITING:
@@ -77,8 +80,9 @@ class RlmrConfig:
                              f"got {self.gamma}")
         if self.credit not in CREDITS:
             raise ValueError(f"rlmr.credit must be one of {CREDITS}, got {self.credit!r}")
-        if self.credit == "share" and self.mix != "linear":
-            raise ValueError("rlmr.credit='share' needs rlmr.mix='linear' (the group penalty reads a violation flag)")
+        if self.credit in ("share", "soft") and self.mix != "linear":
+            raise ValueError(f"rlmr.credit={self.credit!r} needs rlmr.mix='linear' (the group penalty reads a "
+                             f"violation flag)")
         if self.writing == "reward_model" and not self.reward_model:
             raise ValueError("rlmr.writing='reward_model' needs rlmr.reward_model (a checkpoint directory)")
 
@@ -137,6 +141,20 @@ def kept_share(passes_gk: np.ndarray) -> np.ndarray:
     return passes_gk.mean(axis=1).astype(np.float32)
 
 
+def kept_probability(program_gk: np.ndarray, llm_gk: np.ndarray) -> np.ndarray:
+    """mean_k P(rollout keeps constraint k) (rlmr.credit = "soft"): the LLM verifier's p_pass where it ran, the
+    program's 0/1 where that ran, their product where both did (a constraint both check is kept when both pass
+    it); 1 for a prompt without constraints. program_gk, llm_gk: (G, K) with nan where that verifier did not run.
+
+    Where the judge passes nearly everything, the hard share is flat across a group and GRPO learns nothing;
+    the probabilities still order the rollouts (evals/reward_forms.py measures how well)."""
+    prog, llm = np.asarray(program_gk, np.float32), np.asarray(llm_gk, np.float32)
+    if prog.shape[1] == 0:
+        return np.ones(prog.shape[0], np.float32)
+    p = np.where(np.isnan(prog), 1.0, prog) * np.where(np.isnan(llm), 1.0, llm)
+    return p.mean(axis=1).astype(np.float32)
+
+
 def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], responses: Sequence[Sequence[str]],
             flip: float, key, group_ids: Sequence[int]) -> tuple[np.ndarray, dict[str, Any], np.ndarray]:
     """(r_bg, rows, drop_b) for this process' groups.
@@ -174,6 +192,8 @@ def rewards(rt: RlmrRuntime, writing_fn, records, prompts: Sequence[str], respon
         kept = 1.0 - jnp.asarray(violate, jnp.float32)
         if cfg.credit == "share":
             kept = jnp.asarray(np.stack([kept_share(v.passes) for v in verdicts]))
+        elif cfg.credit == "soft":
+            kept = jnp.asarray(np.stack([kept_probability(v.program, v.llm) for v in verdicts]))
         r_new = np.asarray(RC.linear_mix(jnp.asarray(r_w), kept, cfg.linear_a, cfg.linear_b), np.float32)
         delta, drop = np.zeros(len(prompts), np.float32), np.zeros(len(prompts), bool)
     passed, total = np.zeros((1, len(TYPES)), np.int64), np.zeros((1, len(TYPES)), np.int64)
@@ -229,8 +249,9 @@ class RlmrMethod(SharedRewardSection, Method):
     def validate(config) -> None:
         whole_rubric(config, "reward.method='rlmr' judges the writing")
         section(config, "rlmr", lambda: RlmrConfig(**config.rlmr.to_dict()))
-        if config.rlmr.credit == "share" and config.reward.verifier_flip > 0:
-            fail("rlmr.credit", "share", "'all' when reward.verifier_flip flips the verifier's pass/violate flags")
+        if config.rlmr.credit in ("share", "soft") and config.reward.verifier_flip > 0:
+            fail("rlmr.credit", config.rlmr.credit,
+                 "'all' when reward.verifier_flip flips the verifier's pass/violate flags")
 
     @classmethod
     def config_sections(cls) -> dict[str, dict]:
@@ -242,7 +263,9 @@ class RlmrMethod(SharedRewardSection, Method):
             gamma=0.1, linear_a=1.0, linear_b=1.0,
             verifier="auto",  # auto (program where one exists, else the LLM) | program | llm | both
             reward_model="", reward_model_batch=8,
-            credit="all")}  # all (keeps every constraint) | share (of the constraints kept; linear mix only)
+            # all (keeps every constraint) | share (of the constraints kept) | soft (mean P(keeps), the LLM
+            # verifier's pass probabilities); share and soft: linear mix only
+            credit="all")}
 
     @classmethod
     def compares_in_group(cls, config) -> bool:

@@ -1,11 +1,12 @@
 """Does a judge's verdict teach? One IFEval run per reward source, every run measured by IFEval's programs.
 
-The four configs differ in the reward's source alone (`rubric_jax.config_base.ifeval_learning` holds the rest):
+The configs differ in the reward's source alone (`rubric_jax.config_base.ifeval_learning` holds the rest):
 
   program     configs/learn_ifeval.py             IFEval's checkers, the share of the prompt's instructions kept
   judged      configs/learn_ifeval_judged.py      the 1.5B judge, met / not met per instruction, the same share
   pairwise    configs/learn_ifeval_pairwise.py    the 1.5B comparing rollouts per instruction (RcRL's win rate)
   selfjudged  configs/learn_ifeval_selfjudged.py  the policy's frozen base verifies each instruction
+  judged_soft configs/learn_ifeval_judged_soft.py the 1.5B's pass probabilities, mean over the instructions
 
     python -m evals.reward_sources --out=DIR [--only=program,judged] [--limit=N] [--variant=tiny]
                                    [--set=key=value ...]
@@ -48,7 +49,7 @@ from evals.report import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = {"program": "learn_ifeval", "judged": "learn_ifeval_judged", "pairwise": "learn_ifeval_pairwise",
-           "selfjudged": "learn_ifeval_selfjudged"}
+           "selfjudged": "learn_ifeval_selfjudged", "judged_soft": "learn_ifeval_judged_soft"}
 BASE = "base"
 PHASES = ("sample", "judge", "update")
 GAIN = "inst_level_strict_acc"

@@ -3,7 +3,6 @@ IFEval's programs: the agreement counts against hand-worked arrays, the reward b
 and off (the program never leaks into a judged reward), the configs equal to the program's in everything but the
 reward's source, and each :tiny variant training on the tiny random model."""
 
-import types
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from conftest import load_config  # noqa: E402
 from test_learn_ifeval import TRAIN  # noqa: E402
 from test_trainer import _tiny_run_config  # noqa: E402
 
-JUDGED = ("learn_ifeval_judged", "learn_ifeval_pairwise", "learn_ifeval_selfjudged")
+JUDGED = ("learn_ifeval_judged", "learn_ifeval_pairwise", "learn_ifeval_selfjudged", "learn_ifeval_judged_soft")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,6 +169,7 @@ def _flat(d, prefix=""):
 @pytest.mark.parametrize("name", JUDGED)
 def test_each_judged_config_differs_from_the_programs_only_in_the_rewards_source(name):
     source = {"learn_ifeval_judged": {"rlmr.verifier", "judge.model"},
+              "learn_ifeval_judged_soft": {"rlmr.verifier", "judge.model", "rlmr.credit"},
               "learn_ifeval_selfjudged": {"rlmr.verifier"},
               # not an RLMR run: the method and its rubric, and RLMR's section back at its defaults
               "learn_ifeval_pairwise": {"reward.method", "rubric", "rubric_source", "judge.model", "judge.questions",
@@ -192,6 +192,7 @@ def test_each_judged_config_differs_from_the_programs_only_in_the_rewards_source
         assert full.judge.pairing == "circular"  # the hour's budget: the config says why
     else:
         assert (full.reward.method, full.rlmr.verifier, full.rlmr.writing) == ("rlmr", "llm", "none")
+        assert full.rlmr.credit == ("soft" if name.endswith("soft") else "share")
 
 
 @pytest.mark.slow

@@ -1,0 +1,275 @@
+"""Which form of a judge's verdicts carries the program's learning signal? Chosen on held-out training prompts.
+
+Why. GRPO learns from the ordering of a group's rewards, not from their level: a rollout's advantage is its
+reward standardised within its group (`rubric_jax.rewards.group.advantages`). A judge that passes nearly every
+rollout leaves most groups flat however well it ranks them, and a hard verdict (p_pass >= 1/2) throws away the
+ranking its probabilities hold. This study measures, before any training run, how well each reward form
+built from a judge's per-instruction p_pass stands in for the program's reward on the same rollouts:
+
+    forms       program   r_i = mean_k c_ik                 (c_ik: IFEval's checker, 1 keeps / 0 breaks)
+                hard      r_i = mean_k [p_ik >= 1/2]          (rlmr.credit="share", the current judged reward)
+                hard@t    r_i = mean_k [p_ik >= t]            (a stricter pass threshold)
+                soft      r_i = mean_k p_ik                   (rlmr.credit="soft": the pass probabilities)
+    alignment   cos(A_form, A_program) over all rollouts, A = GRPO advantages (flat groups contribute 0):
+                the cosine between the two policy-gradient weightings; 1 is the program's update, 0 none
+    pair acc.   over program-decided pairs in a group (one rollout keeps more instructions than the other):
+                the share the form orders the same way, a tie counting 1/2 (chance 0.5)
+    signal      the share of groups whose form reward is not flat (GRPO updates on those only)
+
+The prompts are the held-out split of the training prompts (`rubric_jax.data.ifeval_train.split`: whole task
+stems held out, the split `configs/learn_ifeval.py` chose its reward on), never the evaluation's 132 prompts.
+Rollouts are the base policy's, sampled as the training run samples them (G per prompt, temperature 1.0,
+top-k 20, top-p 0.8, at most 160 tokens); intervals are 95% bootstrap over prompts.
+
+    python -m evals.reward_forms --out=DIR [--judge=qwen2.5-coder-1.5b-instruct] [--group_size=8] [--limit=N]
+
+Writes DIR/reward_forms.json (every figure and per-rollout p_pass and program verdicts) and
+DIR/reward_forms.md; answers and verdicts are cached in DIR, so a rerun with another --judge samples nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from importlib import resources
+from typing import Sequence
+
+import numpy as np
+
+from evals.report import write_json
+
+__all__ = ["FORMS", "alignment", "form_rewards", "main", "pair_accuracy", "signal_rate", "summarise"]
+
+log = logging.getLogger("evals.reward_forms")
+
+THRESHOLDS = (0.75, 0.9)
+FORMS = ("program", "hard", *(f"hard@{t}" for t in THRESHOLDS), "soft")
+POLICY = "smollm2-135m-instruct"
+
+
+def form_rewards(p_gk: np.ndarray, program_gk: np.ndarray) -> dict[str, np.ndarray]:
+    """(G,) reward per form for one group: p_gk the judge's P(keeps instruction k), program_gk the checker's
+    0/1; a prompt without instructions gives 1 for every rollout in every form."""
+    p, c = np.asarray(p_gk, np.float64), np.asarray(program_gk, np.float64)
+    if p.shape != c.shape:
+        raise ValueError(f"p_pass {p.shape} and program verdicts {c.shape} differ in shape")
+    if p.shape[1] == 0:
+        return {f: np.ones(p.shape[0]) for f in FORMS}
+    out = {"program": c.mean(1), "hard": (p >= 0.5).mean(1), "soft": p.mean(1)}
+    for t in THRESHOLDS:
+        out[f"hard@{t}"] = (p >= t).mean(1)
+    return {f: out[f] for f in FORMS}
+
+
+def _advantages(r_g: np.ndarray) -> np.ndarray:
+    from rubric_jax.rewards.group import advantages
+
+    return np.asarray(advantages(np.asarray(r_g, np.float32)[None], "grpo"))[0].astype(np.float64)
+
+
+def alignment(form_groups: Sequence[np.ndarray], program_groups: Sequence[np.ndarray]) -> float:
+    """cos(A_form, A_program) with both advantage vectors concatenated over groups; 0 when either is all 0."""
+    a = np.concatenate([_advantages(r) for r in form_groups])
+    b = np.concatenate([_advantages(r) for r in program_groups])
+    den = float(np.sqrt((a * a).sum() * (b * b).sum()))
+    return float((a * b).sum() / den) if den > 0 else 0.0
+
+
+def pair_accuracy(form_groups: Sequence[np.ndarray], program_groups: Sequence[np.ndarray]) -> tuple[float, int]:
+    """(share of program-decided pairs the form orders the same way, ties 1/2; number of such pairs)."""
+    hits, n = 0.0, 0
+    for f, c in zip(form_groups, program_groups):
+        for i in range(len(c)):
+            for j in range(i + 1, len(c)):
+                if c[i] == c[j]:
+                    continue
+                n += 1
+                s = np.sign(c[i] - c[j]) * np.sign(f[i] - f[j])
+                hits += 1.0 if s > 0 else (0.5 if s == 0 else 0.0)
+    return (hits / n if n else float("nan")), n
+
+
+def signal_rate(form_groups: Sequence[np.ndarray]) -> float:
+    """Share of groups whose rewards are not all equal."""
+    return float(np.mean([np.ptp(r) > 0 for r in form_groups])) if len(form_groups) else float("nan")
+
+
+def _pair_counts(f: np.ndarray, c: np.ndarray) -> tuple[float, int]:
+    acc, n = pair_accuracy([f], [c])
+    return (acc * n if n else 0.0), n
+
+
+def summarise(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, resamples: int = 2000, seed: int = 0) -> dict:
+    """Per form: alignment and pair accuracy with 95% bootstrap intervals over groups, signal rate, mean reward.
+    groups: (p_gk, program_gk) per prompt. Each group's advantage dot products and pair counts are computed
+    once; a bootstrap draw sums them over its groups (the same figures `alignment` / `pair_accuracy` give)."""
+    rewards = [form_rewards(p, c) for p, c in groups]
+    prog = [r["program"] for r in rewards]
+    a_prog = [_advantages(r) for r in prog]
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(groups), (resamples, len(groups))) if groups else np.zeros((0, 0), int)
+    out = {}
+    for f in FORMS:
+        rf = [r[f] for r in rewards]
+        a_f = [_advantages(r) for r in rf]
+        ab = np.array([a @ b for a, b in zip(a_f, a_prog)])
+        aa = np.array([a @ a for a in a_f])
+        bb = np.array([b @ b for b in a_prog])
+        hits, pairs = map(np.array, zip(*[_pair_counts(x, c) for x, c in zip(rf, prog)])) if rf else ([], [])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            den = np.sqrt(aa[draws].sum(1) * bb[draws].sum(1))
+            boot_a = np.where(den > 0, ab[draws].sum(1) / np.where(den > 0, den, 1.0), 0.0)
+            boot_p = hits[draws].sum(1) / pairs[draws].sum(1)
+        acc, n_pairs = pair_accuracy(rf, prog)
+        out[f] = {"alignment": alignment(rf, prog), "alignment_ci": _ci(boot_a), "pair_accuracy": acc,
+                  "pair_accuracy_ci": _ci(boot_p), "decided_pairs": n_pairs, "signal": signal_rate(rf),
+                  "mean_reward": float(np.mean(np.concatenate(rf))) if rf else float("nan")}
+    return out
+
+
+def _ci(xs) -> list[float]:
+    xs = np.asarray([x for x in xs if np.isfinite(x)])
+    return [float(np.percentile(xs, 2.5)), float(np.percentile(xs, 97.5))] if xs.size else [float("nan")] * 2
+
+
+def render_markdown(result: dict) -> str:
+    lines = [f"# Reward forms of the judge {result['judge']} against IFEval's programs", "",
+             f"{result['prompts']} held-out training prompts x G = {result['group_size']} rollouts of "
+             f"{result['policy']}; 95% bootstrap intervals over prompts.", "",
+             "| form | alignment cos(A, A_program) | pair accuracy | decided pairs | groups with signal | mean reward |",
+             "|---|---|---|---:|---:|---:|"]
+    for f, s in result["forms"].items():
+        lines.append(f"| {f} | {s['alignment']:+.3f} [{s['alignment_ci'][0]:+.3f}, {s['alignment_ci'][1]:+.3f}] | "
+                     f"{s['pair_accuracy']:.3f} [{s['pair_accuracy_ci'][0]:.3f}, {s['pair_accuracy_ci'][1]:.3f}] | "
+                     f"{s['decided_pairs']} | {s['signal']:.2f} | {s['mean_reward']:.3f} |")
+    lines += ["", f"Sampling {result['seconds_sampling']:.0f} s, judging {result['seconds_judging']:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def heldout_records(limit: int = 0) -> list[dict]:
+    from rubric_jax.data.ifeval_train import split
+
+    path = resources.files("rubric_jax.data") / "ifeval_train.jsonl"
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    held = split(records)[1]
+    return held[:limit] if limit else held
+
+
+def _sample(records, group_size: int, cache: str) -> list[list[str]]:
+    """G answers per record from the base policy, as the training run samples them; cached in `cache`."""
+    if os.path.exists(cache):
+        with open(cache, encoding="utf-8") as f:
+            got = json.load(f)
+        if [g["id"] for g in got] == [r["id"] for r in records] and all(len(g["answers"]) == group_size for g in got):
+            return [g["answers"] for g in got]
+    import jax.numpy as jnp
+
+    from rubric_jax.models.loading import load_model
+    from rubric_jax.models.tokenizer import load_tokenizer
+    from rubric_jax.sampling.api import generate
+
+    model, tok = load_model(POLICY, dtype=jnp.float32), load_tokenizer(POLICY)
+    out = []
+    for i in range(0, len(records), 2):  # 2 prompts x G a batch, as a training step samples
+        batch = records[i:i + 2]
+        texts = generate(model, tok, [r["prompt"] for r in batch], max_new_tokens=160, temperature=1.0, top_k=20,
+                         top_p=0.8, seed=i, num_samples=group_size)
+        out += [[t.strip() for t in texts[b * group_size:(b + 1) * group_size]] for b in range(len(batch))]
+        log.info("sampled %d/%d prompts", len(out), len(records))
+    write_json(cache, [{"id": r["id"], "answers": a} for r, a in zip(records, out)])
+    return out
+
+
+def build_judge(judge_name: str):
+    """The judge exactly as configs/learn_ifeval_judged.py builds it for training (its judge section: mode,
+    truncation, float32), with `judge_name`'s weights."""
+    import importlib.util
+
+    import jax.numpy as jnp
+
+    from rubric_jax.judge import Judge
+    from rubric_jax.models.loading import load_model
+    from rubric_jax.models.tokenizer import load_tokenizer
+    from rubric_jax.rl import preflight
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                        "learn_ifeval_judged.py")
+    spec = importlib.util.spec_from_file_location("learn_ifeval_judged", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    config = mod.get_config()
+    section = preflight.check(config)["judge"]
+    return Judge(load_model(judge_name, dtype=jnp.float32), load_tokenizer(judge_name), section,
+                 max_response_tokens=config.judge.max_response_tokens)
+
+
+def run(out_dir: str, judge_name: str, group_size: int, limit: int) -> dict:
+    from rubric_jax.verifiers.constraints import check_program, parse_constraints
+    from rubric_jax.verifiers.verifier import ConstraintVerifier
+
+    records = heldout_records(limit)
+    t0 = time.perf_counter()
+    answers = _sample(records, group_size, os.path.join(out_dir, f"answers_g{group_size}.json"))
+    t1 = time.perf_counter()
+    verdict_cache = os.path.join(out_dir, f"verdicts_{judge_name.replace('/', '_')}_g{group_size}.json")
+    constraints = [parse_constraints(r["constraints"], where=f"record {r['id']!r}") for r in records]
+    program = [np.asarray([[float(check_program(c, a)) for c in cs] for a in ans]).reshape(len(ans), len(cs))
+               for cs, ans in zip(constraints, answers)]
+    if os.path.exists(verdict_cache):
+        with open(verdict_cache, encoding="utf-8") as f:
+            p_pass = [np.asarray(x, np.float64).reshape(len(a), len(cs))
+                      for x, a, cs in zip(json.load(f), answers, constraints)]
+    else:
+        log.info("loading judge %s ...", judge_name)
+        verifier = ConstraintVerifier(build_judge(judge_name), "llm")
+        p_pass = []
+        for i in range(0, len(records), 2):
+            vs = verifier.verify([r["prompt"] for r in records[i:i + 2]], answers[i:i + 2], constraints[i:i + 2])
+            p_pass += [v.llm.astype(np.float64) for v in vs]
+            log.info("judged %d/%d prompts (%.0f s)", len(p_pass), len(records), time.perf_counter() - t1)
+        write_json(verdict_cache, [p.tolist() for p in p_pass])
+    t2 = time.perf_counter()
+    # a rerun reads both caches: the seconds reported are those of the run that sampled and judged
+    timings_path = os.path.join(out_dir, "timings.json")
+    timings = json.load(open(timings_path, encoding="utf-8")) if os.path.exists(timings_path) else {}
+    if t1 - t0 > 1.0:
+        timings["sampling"] = t1 - t0
+    if t2 - t1 > 1.0:
+        timings[judge_name] = t2 - t1
+    write_json(timings_path, timings)
+    return {"judge": judge_name, "policy": POLICY, "group_size": group_size, "prompts": len(records),
+            "forms": summarise(list(zip(p_pass, program))), "seconds_sampling": timings.get("sampling", t1 - t0),
+            "seconds_judging": timings.get(judge_name, t2 - t1),
+            "rollouts": [{"id": r["id"], "p_pass": p.tolist(), "program": c.tolist()}
+                         for r, p, c in zip(records, p_pass, program)]}
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    ap = argparse.ArgumentParser(prog="python -m evals.reward_forms", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="output directory (answers and verdicts are cached there)")
+    ap.add_argument("--judge", default="qwen2.5-coder-1.5b-instruct", help="judge: embedded name or checkpoint")
+    ap.add_argument("--group_size", type=int, default=8, help="rollouts per prompt (the training run's G)")
+    ap.add_argument("--limit", type=int, default=0, help="first N held-out prompts (0 = all)")
+    args = ap.parse_args(argv)
+    if args.group_size < 2 or args.limit < 0:
+        print("error: --group_size must be >= 2 and --limit >= 0", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    os.makedirs(args.out, exist_ok=True)
+    result = run(args.out, args.judge, args.group_size, args.limit)
+    md = render_markdown(result)
+    write_json(os.path.join(args.out, "reward_forms.json"), result)
+    with open(os.path.join(args.out, "reward_forms.md"), "w", encoding="utf-8") as f:
+        f.write(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

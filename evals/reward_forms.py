@@ -53,16 +53,18 @@ POLICY = "smollm2-135m-instruct"
 
 def form_rewards(p_gk: np.ndarray, program_gk: np.ndarray) -> dict[str, np.ndarray]:
     """(G,) reward per form for one group: p_gk the judge's P(keeps instruction k), program_gk the checker's
-    0/1; a prompt without instructions gives 1 for every rollout in every form."""
+    0/1; a prompt without instructions gives 1 for every rollout in every form. The training run's own
+    functions make them (`rlmr.kept_share` for rlmr.credit="share", `rlmr.kept_probability` for "soft")."""
+    from rubric_jax.methods.rlmr import kept_probability, kept_share
+
     p, c = np.asarray(p_gk, np.float64), np.asarray(program_gk, np.float64)
     if p.shape != c.shape:
         raise ValueError(f"p_pass {p.shape} and program verdicts {c.shape} differ in shape")
-    if p.shape[1] == 0:
-        return {f: np.ones(p.shape[0]) for f in FORMS}
-    out = {"program": c.mean(1), "hard": (p >= 0.5).mean(1), "soft": p.mean(1)}
+    out = {"program": kept_share(c >= 0.5), "hard": kept_share(p >= 0.5),
+           "soft": kept_probability(np.full(p.shape, np.nan), p)}
     for t in THRESHOLDS:
-        out[f"hard@{t}"] = (p >= t).mean(1)
-    return {f: out[f] for f in FORMS}
+        out[f"hard@{t}"] = kept_share(p >= t)
+    return {f: np.asarray(out[f], np.float64) for f in FORMS}
 
 
 def _advantages(r_g: np.ndarray) -> np.ndarray:
@@ -79,17 +81,23 @@ def alignment(form_groups: Sequence[np.ndarray], program_groups: Sequence[np.nda
     return float((a * b).sum() / den) if den > 0 else 0.0
 
 
+def _pair_hits(f: np.ndarray, c: np.ndarray) -> tuple[float, int]:
+    """(pairs of one group ordered as the program orders them, ties 1/2; program-decided pairs)."""
+    hits, n = 0.0, 0
+    for i in range(len(c)):
+        for j in range(i + 1, len(c)):
+            if c[i] == c[j]:
+                continue
+            n += 1
+            s = np.sign(c[i] - c[j]) * np.sign(f[i] - f[j])
+            hits += 1.0 if s > 0 else (0.5 if s == 0 else 0.0)
+    return hits, n
+
+
 def pair_accuracy(form_groups: Sequence[np.ndarray], program_groups: Sequence[np.ndarray]) -> tuple[float, int]:
     """(share of program-decided pairs the form orders the same way, ties 1/2; number of such pairs)."""
-    hits, n = 0.0, 0
-    for f, c in zip(form_groups, program_groups):
-        for i in range(len(c)):
-            for j in range(i + 1, len(c)):
-                if c[i] == c[j]:
-                    continue
-                n += 1
-                s = np.sign(c[i] - c[j]) * np.sign(f[i] - f[j])
-                hits += 1.0 if s > 0 else (0.5 if s == 0 else 0.0)
+    counts = [_pair_hits(f, c) for f, c in zip(form_groups, program_groups)]
+    hits, n = sum(h for h, _ in counts), sum(k for _, k in counts)
     return (hits / n if n else float("nan")), n
 
 
@@ -98,20 +106,17 @@ def signal_rate(form_groups: Sequence[np.ndarray]) -> float:
     return float(np.mean([np.ptp(r) > 0 for r in form_groups])) if len(form_groups) else float("nan")
 
 
-def _pair_counts(f: np.ndarray, c: np.ndarray) -> tuple[float, int]:
-    acc, n = pair_accuracy([f], [c])
-    return (acc * n if n else 0.0), n
-
-
 def summarise(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, resamples: int = 2000, seed: int = 0) -> dict:
     """Per form: alignment and pair accuracy with 95% bootstrap intervals over groups, signal rate, mean reward.
     groups: (p_gk, program_gk) per prompt. Each group's advantage dot products and pair counts are computed
     once; a bootstrap draw sums them over its groups (the same figures `alignment` / `pair_accuracy` give)."""
+    if not groups:
+        raise ValueError("no groups to summarise")
     rewards = [form_rewards(p, c) for p, c in groups]
     prog = [r["program"] for r in rewards]
     a_prog = [_advantages(r) for r in prog]
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(groups), (resamples, len(groups))) if groups else np.zeros((0, 0), int)
+    draws = rng.integers(0, len(groups), (resamples, len(groups)))
     out = {}
     for f in FORMS:
         rf = [r[f] for r in rewards]
@@ -119,15 +124,16 @@ def summarise(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, resamples: int
         ab = np.array([a @ b for a, b in zip(a_f, a_prog)])
         aa = np.array([a @ a for a in a_f])
         bb = np.array([b @ b for b in a_prog])
-        hits, pairs = map(np.array, zip(*[_pair_counts(x, c) for x, c in zip(rf, prog)])) if rf else ([], [])
+        hits, pairs = (np.array(x, np.float64) for x in zip(*[_pair_hits(x, c) for x, c in zip(rf, prog)]))
         with np.errstate(invalid="ignore", divide="ignore"):
             den = np.sqrt(aa[draws].sum(1) * bb[draws].sum(1))
             boot_a = np.where(den > 0, ab[draws].sum(1) / np.where(den > 0, den, 1.0), 0.0)
             boot_p = hits[draws].sum(1) / pairs[draws].sum(1)
-        acc, n_pairs = pair_accuracy(rf, prog)
-        out[f] = {"alignment": alignment(rf, prog), "alignment_ci": _ci(boot_a), "pair_accuracy": acc,
-                  "pair_accuracy_ci": _ci(boot_p), "decided_pairs": n_pairs, "signal": signal_rate(rf),
-                  "mean_reward": float(np.mean(np.concatenate(rf))) if rf else float("nan")}
+        den = float(np.sqrt(aa.sum() * bb.sum()))
+        out[f] = {"alignment": float(ab.sum() / den) if den > 0 else 0.0, "alignment_ci": _ci(boot_a),
+                  "pair_accuracy": float(hits.sum() / pairs.sum()) if pairs.sum() else float("nan"),
+                  "pair_accuracy_ci": _ci(boot_p), "decided_pairs": int(pairs.sum()), "signal": signal_rate(rf),
+                  "mean_reward": float(np.mean(np.concatenate(rf)))}
     return out
 
 
@@ -187,21 +193,15 @@ def _sample(records, group_size: int, cache: str) -> list[list[str]]:
 def build_judge(judge_name: str):
     """The judge exactly as configs/learn_ifeval_judged.py builds it for training (its judge section: mode,
     truncation, float32), with `judge_name`'s weights."""
-    import importlib.util
-
     import jax.numpy as jnp
 
+    from evals.reward_sources import source_config
     from rubric_jax.judge import Judge
     from rubric_jax.models.loading import load_model
     from rubric_jax.models.tokenizer import load_tokenizer
     from rubric_jax.rl import preflight
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
-                        "learn_ifeval_judged.py")
-    spec = importlib.util.spec_from_file_location("learn_ifeval_judged", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    config = mod.get_config()
+    config = source_config("judged")
     section = preflight.check(config)["judge"]
     return Judge(load_model(judge_name, dtype=jnp.float32), load_tokenizer(judge_name), section,
                  max_response_tokens=config.judge.max_response_tokens)

@@ -75,15 +75,20 @@ def train_subprocess(source: str, workdir: str, variant: str, overrides: Sequenc
         raise RewardSourcesError(f"training {source} exited with status {rc} (workdir {workdir}); rerun to resume")
 
 
-def program_config(variant: str = ""):
-    """configs/learn_ifeval.py's config (its model is the base every source starts from)."""
+def source_config(source: str, variant: str = ""):
+    """configs/<SOURCES[source]>.py's config, as `python -m rubric_jax.main` would load it."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("learn_ifeval_config", os.path.join(ROOT, "configs",
-                                                                                      f"{SOURCES['program']}.py"))
+    name = SOURCES[source]
+    spec = importlib.util.spec_from_file_location(f"{name}_config", os.path.join(ROOT, "configs", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.get_config(variant or None)
+
+
+def program_config(variant: str = ""):
+    """configs/learn_ifeval.py's config (its model is the base every source starts from)."""
+    return source_config("program", variant)
 
 
 def ensure_trained(source: str, workdir: str, variant: str, overrides: Sequence[str], train: Callable) -> dict:

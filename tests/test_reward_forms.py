@@ -62,3 +62,19 @@ def test_summary_intervals_hold_the_point_estimate():
     for f in RF.FORMS:
         lo, hi = s[f]["alignment_ci"]
         assert lo - 1e-9 <= s[f]["alignment"] <= hi + 1e-9
+
+
+def test_summary_point_estimates_equal_the_direct_formulas():
+    """summarise sums per-group dot products and pair counts; alignment / pair_accuracy concatenate: same numbers."""
+    rng = np.random.default_rng(1)
+    groups = [(rng.uniform(0, 1, (8, 2)), rng.integers(0, 2, (8, 2)).astype(float)) for _ in range(10)]
+    s = RF.summarise(groups, resamples=50)
+    rewards = [RF.form_rewards(p, c) for p, c in groups]
+    prog = [r["program"] for r in rewards]
+    for f in RF.FORMS:
+        rf = [r[f] for r in rewards]
+        assert s[f]["alignment"] == pytest.approx(RF.alignment(rf, prog), abs=1e-6)
+        acc, n = RF.pair_accuracy(rf, prog)
+        assert (s[f]["pair_accuracy"], s[f]["decided_pairs"]) == (pytest.approx(acc), n)
+    with pytest.raises(ValueError, match="no groups"):
+        RF.summarise([])

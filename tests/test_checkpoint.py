@@ -297,3 +297,17 @@ def test_after_a_failed_save_only_the_abandoned_writes_callbacks_are_silenced(mo
     assert seen == [(RuntimeError, "Event loop is closed"), (ZeroDivisionError, "division by zero")]
     ck._silence_abandoned_writes()  # a second call does not stack a second hook
     assert sys.unraisablehook is hook
+
+
+def test_the_os_error_is_read_from_tensorstores_message_whatever_failed():
+    """TensorStore's own text (as raised under RLIMIT_FSIZE here) and a failure worded without its write prefix."""
+    from rubric_jax.rl.checkpoint_errors import os_error
+
+    seen = ('OUT_OF_RANGE: Error opening "zarr" driver: Error writing ".zarray" in OCDBT database at local file '
+            '"/tmp/tsx/": Failed writing: "/tmp/tsx/d/0d54.__lock": Failed to write 194 bytes to file 3: File too '
+            "large [os_error_code='27'] [tensorstore_spec='{}']")
+    assert os_error(ValueError(seen)) == "[Errno 27] File too large"
+    other = ('OUT_OF_RANGE: Error writing "opt_state/.zarray" in OCDBT database at local file "7.tmp/": Failed '
+             "writing: \"7.tmp/d/ab\": Error syncing file: No space left on device [os_error_code=28]")
+    assert os_error(ValueError(other)) == "[Errno 28] No space left on device"
+    assert os_error(ValueError("OUT_OF_RANGE: something else")).startswith("ValueError: OUT_OF_RANGE")

@@ -86,7 +86,10 @@ def short(e: BaseException, strip: str = "") -> str:
     return f"{type(inner).__name__}: {msg}"
 
 
-_TS_OS_ERROR = re.compile(r"Failed (?:to )?\w+[^:]*: ([^\[\]:]+?) \[os_error_code='?(\d+)'?\]")
+# TensorStore ends an OS failure with "...: <strerror> [os_error_code='N']" whatever operation failed; the text
+# between the last colon and that tag is the OS's own words (a "Failed to write N bytes ..." prefix is not always
+# there: CI once got a save error this pattern's earlier, write-only form missed).
+_TS_OS_ERROR = re.compile(r":\s*([^:\[\]]+?)\s*\[os_error_code='?(\d+)'?\]")
 
 
 def os_error(e: BaseException, strip: str = "") -> str:

@@ -8,7 +8,7 @@ them) and the wall-clock fields. A value is identical when its JSON text is; NaN
     python benchmarks/tiny_identity.py --before=REV [--after=HEAD] [--only=rcrl,rlmr] [--jobs=2] --out=DIR
 
 Prints one row per config (values compared, values that differ, the first difference) and writes
-DIR/tiny_identity.json. Runs of a revision are kept under DIR/<rev>/<name>, so a rerun only trains what is
+DIR/tiny_identity.json. Runs of a revision are kept under DIR/<commit[:12]>/<name>, so a rerun only trains what is
 missing. Each :tiny run takes 10-60 s on 2 cores; --jobs runs that many at once.
 """
 
@@ -104,10 +104,12 @@ def main(argv=None) -> int:
             return 2
         names = want
     trees = {rev: worktree(rev, out) for rev in (args.before, args.after)}
+    # Runs are kept per commit, not per name: a rerun after HEAD moves must not reuse the old HEAD's runs.
+    keys = {rev: git("rev-parse", rev)[:12] for rev in (args.before, args.after)}
     jobs = [(rev, n) for n in names for rev in (args.before, args.after)]
     runs = {}
     with cf.ThreadPoolExecutor(max(1, args.jobs)) as ex:
-        futs = {ex.submit(train, trees[rev], n, os.path.join(out, rev.replace("/", "_"), n)): (rev, n)
+        futs = {ex.submit(train, trees[rev], n, os.path.join(out, keys[rev], n)): (rev, n)
                 for rev, n in jobs}
         for f in cf.as_completed(futs):
             runs[futs[f]] = f.result()
@@ -120,9 +122,9 @@ def main(argv=None) -> int:
             rows[n] = {"error": f"exit {ra['returncode']} / {rb['returncode']}",
                        "stderr": (ra if ra["returncode"] else rb)["stderr_tail"][-400:]}
             continue
-        rows[n] = compare(*(metric_values(os.path.join(out, rev.replace("/", "_"), n))
+        rows[n] = compare(*(metric_values(os.path.join(out, keys[rev], n))
                             for rev in (args.before, args.after)))
-    print(f"\n| config | values | differ | first difference |\n|---|---:|---:|---|")
+    print("\n| config | values | differ | first difference |\n|---|---:|---:|---|")
     for n, r in rows.items():
         if "error" in r:
             print(f"| {n} | - | - | {r['error']} |")

@@ -10,6 +10,11 @@ built from a judge's per-instruction p_pass stands in for the program's reward o
                 hard      r_i = mean_k [p_ik >= 1/2]          (rlmr.credit="share", the current judged reward)
                 hard@t    r_i = mean_k [p_ik >= t]            (a stricter pass threshold)
                 soft      r_i = mean_k p_ik                   (rlmr.credit="soft": the pass probabilities)
+                soft-trusted  r_i = mean over trusted k of p_ik, a kind trusted for prompt j when, over the
+                          other prompts, the judge orders better than chance (> 1/2) the rollout pairs the
+                          program decides on that kind, with >= 8 such pairs (leave-one-prompt-out, so the
+                          choice of kinds never sees the prompt it is scored on); 1 when none is trusted.
+                          The best a judge-reliability gate chosen on labelled tuning prompts could give.
     alignment   cos(A_form, A_program) over all rollouts, A = GRPO advantages (flat groups contribute 0):
                 the cosine between the two policy-gradient weightings; 1 is the program's update, 0 none
     pair acc.   over program-decided pairs in a group (one rollout keeps more instructions than the other):
@@ -42,12 +47,14 @@ import numpy as np
 
 from evals.report import write_json
 
-__all__ = ["FORMS", "alignment", "form_rewards", "main", "pair_accuracy", "signal_rate", "summarise"]
+__all__ = ["FORMS", "alignment", "form_rewards", "main", "pair_accuracy", "signal_rate", "summarise", "trusted_soft"]
 
 log = logging.getLogger("evals.reward_forms")
 
 THRESHOLDS = (0.75, 0.9)
 FORMS = ("program", "hard", *(f"hard@{t}" for t in THRESHOLDS), "soft")
+TRUSTED = "soft-trusted"
+MIN_KIND_PAIRS = 8
 POLICY = "smollm2-135m-instruct"
 
 
@@ -106,19 +113,58 @@ def signal_rate(form_groups: Sequence[np.ndarray]) -> float:
     return float(np.mean([np.ptp(r) > 0 for r in form_groups])) if len(form_groups) else float("nan")
 
 
-def summarise(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, resamples: int = 2000, seed: int = 0) -> dict:
+def kind_pair_counts(groups: Sequence[tuple[np.ndarray, np.ndarray]],
+                     kinds: Sequence[Sequence[str]]) -> list[dict[str, np.ndarray]]:
+    """Per prompt, per instruction kind: [pairs ordered as the program orders them (ties 1/2), decided pairs],
+    over the rollout pairs of the prompt's group that the program decides on an instruction of that kind."""
+    out = []
+    for (p, c), ks in zip(groups, kinds):
+        counts: dict[str, np.ndarray] = {}
+        for k, kind in enumerate(ks):
+            counts[kind] = counts.get(kind, np.zeros(2)) + np.asarray(_pair_hits(p[:, k], c[:, k]))
+        out.append(counts)
+    return out
+
+
+def trusted_soft(groups: Sequence[tuple[np.ndarray, np.ndarray]], kinds: Sequence[Sequence[str]],
+                 min_pairs: int = MIN_KIND_PAIRS) -> list[np.ndarray]:
+    """(G,) rewards per prompt of the soft-trusted form (module docstring): for prompt j, r_i = mean of p_ik over
+    its instructions whose kind the judge orders better than chance on the other prompts (hits / pairs > 1/2,
+    pairs >= min_pairs); every rollout 1 when none qualifies."""
+    counts = kind_pair_counts(groups, kinds)
+    total: dict[str, np.ndarray] = {}
+    for cnt in counts:
+        for kind, hn in cnt.items():
+            total[kind] = total.get(kind, np.zeros(2)) + hn
+    out = []
+    for (p, _), ks, own in zip(groups, kinds, counts):
+        rest = {kind: total[kind] - own.get(kind, 0.0) for kind in set(ks)}
+        keep = [k for k, kind in enumerate(ks) if rest[kind][1] >= min_pairs and rest[kind][0] > rest[kind][1] / 2]
+        out.append(np.asarray(p, np.float64)[:, keep].mean(1) if keep else np.ones(len(p)))
+    return out
+
+
+def summarise(groups: Sequence[tuple[np.ndarray, np.ndarray]], *, kinds: Sequence[Sequence[str]] | None = None,
+              resamples: int = 2000, seed: int = 0) -> dict:
     """Per form: alignment and pair accuracy with 95% bootstrap intervals over groups, signal rate, mean reward.
-    groups: (p_gk, program_gk) per prompt. Each group's advantage dot products and pair counts are computed
-    once; a bootstrap draw sums them over its groups (the same figures `alignment` / `pair_accuracy` give)."""
+    groups: (p_gk, program_gk) per prompt; kinds: each prompt's instruction kinds, which add the soft-trusted
+    form. Each group's advantage dot products and pair counts are computed once; a bootstrap draw sums them
+    over its groups (the same figures `alignment` / `pair_accuracy` give). The trusted kinds are chosen once,
+    leave-one-prompt-out, not again within each bootstrap draw."""
     if not groups:
         raise ValueError("no groups to summarise")
     rewards = [form_rewards(p, c) for p, c in groups]
+    forms = FORMS
+    if kinds is not None:
+        for r, t in zip(rewards, trusted_soft(groups, kinds)):
+            r[TRUSTED] = t
+        forms = (*FORMS, TRUSTED)
     prog = [r["program"] for r in rewards]
     a_prog = [_advantages(r) for r in prog]
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(groups), (resamples, len(groups)))
     out = {}
-    for f in FORMS:
+    for f in forms:
         rf = [r[f] for r in rewards]
         a_f = [_advantages(r) for r in rf]
         ab = np.array([a @ b for a, b in zip(a_f, a_prog)])
@@ -152,8 +198,74 @@ def render_markdown(result: dict) -> str:
         lines.append(f"| {f} | {s['alignment']:+.3f} [{s['alignment_ci'][0]:+.3f}, {s['alignment_ci'][1]:+.3f}] | "
                      f"{s['pair_accuracy']:.3f} [{s['pair_accuracy_ci'][0]:.3f}, {s['pair_accuracy_ci'][1]:.3f}] | "
                      f"{s['decided_pairs']} | {s['signal']:.2f} | {s['mean_reward']:.3f} |")
+    if "pairwise_reading" in result:
+        pr = result["pairwise_reading"]
+        lines += ["", f"Pairwise against pointwise on the same {pr['comparisons']} program-decided (pair, instruction)"
+                  f" comparisons ({result['seconds_pairwise']:.0f} s of pairwise judging):", "",
+                  "| reading | pair accuracy |", "|---|---|"]
+        lines += [f"| {name} | {pr[name]['pair_accuracy']:.3f} [{pr[name]['pair_accuracy_ci'][0]:.3f}, "
+                  f"{pr[name]['pair_accuracy_ci'][1]:.3f}] |" for name in ("pairwise", "pointwise")]
     lines += ["", f"Sampling {result['seconds_sampling']:.0f} s, judging {result['seconds_judging']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def decided_pairs(program_gk: np.ndarray) -> list[tuple[int, int]]:
+    """Rollout pairs (i < j) of one group that the program decides on at least one instruction."""
+    c = np.asarray(program_gk)
+    return [(i, j) for i in range(len(c)) for j in range(i + 1, len(c)) if np.any(c[i] != c[j])]
+
+
+def pairwise_reading(p_pass: Sequence[np.ndarray], program: Sequence[np.ndarray], pair_p: Sequence[dict],
+                     *, resamples: int = 2000, seed: int = 0) -> dict:
+    """The judge's pairwise reading against its pointwise one on the same comparisons: over every (pair i < j,
+    instruction k) the program decides (c_ik != c_jk), the share the pairwise verdict P(i beats j on k) orders as
+    the program does (> 1/2 for i when c_ik > c_jk; exactly 1/2 counts 1/2), and the same share for the pointwise
+    p_ik vs p_jk. pair_p: per prompt {(i, j): (C,) P(i beats j)}. 95% bootstrap intervals over prompts."""
+    hits = np.zeros((len(program), 2))
+    counts = np.zeros(len(program))
+    for q, (p, c, pp) in enumerate(zip(p_pass, program, pair_p)):
+        for (i, j), pij in pp.items():
+            for k in np.flatnonzero(c[i] != c[j]):
+                want = np.sign(c[i, k] - c[j, k])
+                for col, got in enumerate((np.sign(pij[k] - 0.5), np.sign(p[i, k] - p[j, k]))):
+                    hits[q, col] += 1.0 if want * got > 0 else (0.5 if got == 0 else 0.0)
+                counts[q] += 1
+    draws = np.random.default_rng(seed).integers(0, len(program), (resamples, len(program)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = hits[draws].sum(1) / counts[draws].sum(1)[:, None]
+    n = counts.sum()
+    return {"comparisons": int(n),
+            **{name: {"pair_accuracy": float(hits[:, col].sum() / n) if n else float("nan"),
+                      "pair_accuracy_ci": _ci(boot[:, col])} for col, name in enumerate(("pairwise", "pointwise"))}}
+
+
+def _judge_pairs(judge_name: str, records, answers, program, cache: str) -> list[dict]:
+    """P(i beats j) per instruction for every program-decided pair, asked as learn_ifeval_pairwise asks it (its
+    judge section: the "worse" question in both presentation orders), one pair a group; cached in `cache`."""
+    from rubric_jax.rubrics.types import Rubric
+
+    if os.path.exists(cache):
+        with open(cache, encoding="utf-8") as f:
+            got = json.load(f)
+        return [{(i, j): np.asarray(v) for i, j, v in g} for g in got]
+    judge = build_judge(judge_name, "pairwise")
+    items = [(q, i, j) for q, c in enumerate(program) for i, j in decided_pairs(c)]
+    rubrics = [Rubric.from_dict(r["rubric"]) for r in records]
+    for r, rub, c in zip(records, rubrics, program):
+        if [x.id for x in rub.criteria] != [x["type"] for x in r["constraints"]]:
+            raise ValueError(f"record {r['id']!r}: its rubric's criteria are not its constraints in order")
+    out: list[dict] = [{} for _ in records]
+    t0 = time.perf_counter()
+    for b in range(0, len(items), 8):
+        batch = items[b:b + 8]
+        res = judge.pairwise_batch([records[q]["prompt"] for q, _, _ in batch],
+                                   [[answers[q][i], answers[q][j]] for q, i, j in batch],
+                                   [rubrics[q] for q, _, _ in batch])
+        for (q, i, j), r in zip(batch, res):
+            out[q][(i, j)] = np.asarray(r.p[0, 1], np.float64)
+        log.info("judged %d/%d pairs (%.0f s)", b + len(batch), len(items), time.perf_counter() - t0)
+    write_json(cache, [[[i, j, v.tolist()] for (i, j), v in g.items()] for g in out])
+    return out
 
 
 def heldout_records(limit: int = 0) -> list[dict]:
@@ -190,9 +302,10 @@ def _sample(records, group_size: int, cache: str) -> list[list[str]]:
     return out
 
 
-def build_judge(judge_name: str):
-    """The judge exactly as configs/learn_ifeval_judged.py builds it for training (its judge section: mode,
-    truncation, float32), with `judge_name`'s weights."""
+def build_judge(judge_name: str, source: str = "judged"):
+    """The judge exactly as the source's config (evals.reward_sources.SOURCES: learn_ifeval_judged.py by
+    default) builds it for training (its judge section: mode, questions, truncation, float32), with
+    `judge_name`'s weights."""
     import jax.numpy as jnp
 
     from evals.reward_sources import source_config
@@ -201,13 +314,13 @@ def build_judge(judge_name: str):
     from rubric_jax.models.tokenizer import load_tokenizer
     from rubric_jax.rl import preflight
 
-    config = source_config("judged")
+    config = source_config(source)
     section = preflight.check(config)["judge"]
     return Judge(load_model(judge_name, dtype=jnp.float32), load_tokenizer(judge_name), section,
                  max_response_tokens=config.judge.max_response_tokens)
 
 
-def run(out_dir: str, judge_name: str, group_size: int, limit: int) -> dict:
+def run(out_dir: str, judge_name: str, group_size: int, limit: int, pairwise: bool = False) -> dict:
     from rubric_jax.verifiers.constraints import check_program, parse_constraints
     from rubric_jax.verifiers.verifier import ConstraintVerifier
 
@@ -241,11 +354,23 @@ def run(out_dir: str, judge_name: str, group_size: int, limit: int) -> dict:
     if t2 - t1 > 1.0:
         timings[judge_name] = t2 - t1
     write_json(timings_path, timings)
-    return {"judge": judge_name, "policy": POLICY, "group_size": group_size, "prompts": len(records),
-            "forms": summarise(list(zip(p_pass, program))), "seconds_sampling": timings.get("sampling", t1 - t0),
+    kinds = [[c.kind for c in cs] for cs in constraints]
+    reading = {}
+    if pairwise:
+        t3 = time.perf_counter()
+        pair_p = _judge_pairs(judge_name, records, answers, program,
+                              os.path.join(out_dir, f"pairs_{judge_name.replace('/', '_')}_g{group_size}.json"))
+        if time.perf_counter() - t3 > 1.0:
+            timings[f"{judge_name}/pairwise"] = time.perf_counter() - t3
+            write_json(timings_path, timings)
+        reading = {"pairwise_reading": pairwise_reading(p_pass, program, pair_p),
+                   "seconds_pairwise": timings.get(f"{judge_name}/pairwise", time.perf_counter() - t3)}
+    return {**reading,"judge": judge_name, "policy": POLICY, "group_size": group_size, "prompts": len(records),
+            "forms": summarise(list(zip(p_pass, program)), kinds=kinds),
+            "seconds_sampling": timings.get("sampling", t1 - t0),
             "seconds_judging": timings.get(judge_name, t2 - t1),
-            "rollouts": [{"id": r["id"], "p_pass": p.tolist(), "program": c.tolist()}
-                         for r, p, c in zip(records, p_pass, program)]}
+            "rollouts": [{"id": r["id"], "kinds": k, "p_pass": p.tolist(), "program": c.tolist()}
+                         for r, k, p, c in zip(records, kinds, p_pass, program)]}
 
 
 def main(argv=None) -> int:
@@ -256,13 +381,15 @@ def main(argv=None) -> int:
     ap.add_argument("--judge", default="qwen2.5-coder-1.5b-instruct", help="judge: embedded name or checkpoint")
     ap.add_argument("--group_size", type=int, default=8, help="rollouts per prompt (the training run's G)")
     ap.add_argument("--limit", type=int, default=0, help="first N held-out prompts (0 = all)")
+    ap.add_argument("--pairwise", action="store_true",
+                    help="also ask every program-decided pair pairwise, as learn_ifeval_pairwise's judge does")
     args = ap.parse_args(argv)
     if args.group_size < 2 or args.limit < 0:
         print("error: --group_size must be >= 2 and --limit >= 0", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     os.makedirs(args.out, exist_ok=True)
-    result = run(args.out, args.judge, args.group_size, args.limit)
+    result = run(args.out, args.judge, args.group_size, args.limit, args.pairwise)
     md = render_markdown(result)
     write_json(os.path.join(args.out, "reward_forms.json"), result)
     with open(os.path.join(args.out, "reward_forms.md"), "w", encoding="utf-8") as f:

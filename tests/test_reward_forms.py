@@ -78,3 +78,43 @@ def test_summary_point_estimates_equal_the_direct_formulas():
         assert (s[f]["pair_accuracy"], s[f]["decided_pairs"]) == (pytest.approx(acc), n)
     with pytest.raises(ValueError, match="no groups"):
         RF.summarise([])
+
+
+def test_trusted_kinds_are_chosen_without_the_prompt_they_score():
+    """Three prompts; kind "a" is ordered right on prompts 0 and 1, kind "b" wrong everywhere. By hand: prompt 0
+    sees "a" from prompt 1 only (1 hit of 1 pair, under min_pairs=2: untrusted), prompt 2 sees "a" from 0 and 1."""
+    c = np.array([[1.0], [0.0]])
+    right, wrong = np.array([[0.9], [0.2]]), np.array([[0.2], [0.9]])
+    groups = [(right, c), (right, c), (np.hstack([wrong, right]), np.hstack([c, c]))]
+    kinds = [["a"], ["a"], ["b", "a"]]
+    got = RF.trusted_soft(groups, kinds, min_pairs=2)
+    # prompt 0: "a" elsewhere = prompt 1 (1/1) + prompt 2 (1/1) = 2 hits of 2 pairs: trusted -> its p
+    np.testing.assert_allclose(got[0], [0.9, 0.2])
+    np.testing.assert_allclose(got[1], [0.9, 0.2])
+    # prompt 2: "b" elsewhere has no pairs (untrusted); "a" elsewhere 2/2: only column 1 counts
+    np.testing.assert_allclose(got[2], [0.9, 0.2])
+    # with "a" wrong on the other prompts, prompt 2 trusts nothing: flat ones
+    groups[0] = groups[1] = (wrong, c)
+    got = RF.trusted_soft(groups, kinds, min_pairs=2)
+    np.testing.assert_allclose(got[2], [1.0, 1.0])
+    # a kind's own prompt never decides its trust: prompt 0 sees "a" 1 right (prompt 2) of 2 pairs, not > 1/2
+    np.testing.assert_allclose(got[0], [1.0, 1.0])
+    s = RF.summarise(groups, kinds=kinds, resamples=20)
+    assert set(s) == {*RF.FORMS, RF.TRUSTED}
+
+
+def test_pairwise_reading_by_hand():
+    """One prompt, 3 rollouts, 2 instructions. Program: rollout 0 keeps both, 1 keeps the first, 2 keeps none.
+    Decided (pair, instruction): (0,1) on k=1; (0,2) on k=0 and k=1; (1,2) on k=0: four comparisons."""
+    c = np.array([[1, 1], [1, 0], [0, 0]], float)
+    assert RF.decided_pairs(c) == [(0, 1), (0, 2), (1, 2)]
+    assert RF.decided_pairs(np.ones((3, 2))) == []
+    p = np.array([[0.9, 0.2], [0.5, 0.6], [0.5, 0.6]])
+    # pointwise: (0,1,k1) 0.2<0.6 wrong; (0,2,k0) right; (0,2,k1) wrong; (1,2,k0) tie 1/2 -> 1.5/4
+    pair_p = [{(0, 1): np.array([0.1, 0.8]), (0, 2): np.array([0.5, 0.3]), (1, 2): np.array([0.7, 0.9])}]
+    # pairwise: (0,1,k1) 0.8 right; (0,2,k0) 0.5 tie 1/2; (0,2,k1) 0.3 wrong; (1,2,k0) right -> 2.5/4
+    r = RF.pairwise_reading([p], [c], pair_p, resamples=10)
+    assert r["comparisons"] == 4
+    assert r["pairwise"]["pair_accuracy"] == pytest.approx(2.5 / 4)
+    assert r["pointwise"]["pair_accuracy"] == pytest.approx(1.5 / 4)
+    np.testing.assert_allclose(r["pairwise"]["pair_accuracy_ci"], [0.625, 0.625])  # one prompt: every draw the same

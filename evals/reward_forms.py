@@ -201,7 +201,7 @@ def render_markdown(result: dict) -> str:
     if "pairwise_reading" in result:
         pr = result["pairwise_reading"]
         lines += ["", f"Pairwise against pointwise on the same {pr['comparisons']} program-decided (pair, instruction)"
-                  f" comparisons ({result['seconds_pairwise']:.0f} s of pairwise judging):", "",
+                  f" comparisons of the first {pr['prompts']} prompts ({result['seconds_pairwise']:.0f} s of pairwise judging):", "",
                   "| reading | pair accuracy |", "|---|---|"]
         lines += [f"| {name} | {pr[name]['pair_accuracy']:.3f} [{pr[name]['pair_accuracy_ci'][0]:.3f}, "
                   f"{pr[name]['pair_accuracy_ci'][1]:.3f}] |" for name in ("pairwise", "pointwise")]
@@ -244,17 +244,22 @@ def _judge_pairs(judge_name: str, records, answers, program, cache: str) -> list
     judge section: the "worse" question in both presentation orders), one pair a group; cached in `cache`."""
     from rubric_jax.rubrics.types import Rubric
 
-    if os.path.exists(cache):
+    out: list[dict] = [{} for _ in records]
+    if os.path.exists(cache):  # a cut-short run's pairs are kept: judge only what is missing
         with open(cache, encoding="utf-8") as f:
             got = json.load(f)
-        return [{(i, j): np.asarray(v) for i, j, v in g} for g in got]
+        if [g["id"] for g in got] != [r["id"] for r in records[:len(got)]]:
+            raise ValueError(f"{cache} holds pairs of other records; remove it or use another --out")
+        for q, g in enumerate(got):
+            out[q] = {(i, j): np.asarray(v, np.float64) for i, j, v in g["pairs"]}
+    items = [(q, i, j) for q, c in enumerate(program) for i, j in decided_pairs(c) if (i, j) not in out[q]]
+    if not items:
+        return out
     judge = build_judge(judge_name, "pairwise")
-    items = [(q, i, j) for q, c in enumerate(program) for i, j in decided_pairs(c)]
     rubrics = [Rubric.from_dict(r["rubric"]) for r in records]
     for r, rub, c in zip(records, rubrics, program):
         if [x.id for x in rub.criteria] != [x["type"] for x in r["constraints"]]:
             raise ValueError(f"record {r['id']!r}: its rubric's criteria are not its constraints in order")
-    out: list[dict] = [{} for _ in records]
     t0 = time.perf_counter()
     for b in range(0, len(items), 8):
         batch = items[b:b + 8]
@@ -263,8 +268,9 @@ def _judge_pairs(judge_name: str, records, answers, program, cache: str) -> list
                                    [rubrics[q] for q, _, _ in batch])
         for (q, i, j), r in zip(batch, res):
             out[q][(i, j)] = np.asarray(r.p[0, 1], np.float64)
+        write_json(cache, [{"id": r["id"], "pairs": [[i, j, v.tolist()] for (i, j), v in g.items()]}
+                           for r, g in zip(records, out)])
         log.info("judged %d/%d pairs (%.0f s)", b + len(batch), len(items), time.perf_counter() - t0)
-    write_json(cache, [[[i, j, v.tolist()] for (i, j), v in g.items()] for g in out])
     return out
 
 
@@ -320,7 +326,8 @@ def build_judge(judge_name: str, source: str = "judged"):
                  max_response_tokens=config.judge.max_response_tokens)
 
 
-def run(out_dir: str, judge_name: str, group_size: int, limit: int, pairwise: bool = False) -> dict:
+def run(out_dir: str, judge_name: str, group_size: int, limit: int, pairwise: int = 0) -> dict:
+    """pairwise: ask the program-decided pairs of the first `pairwise` prompts pairwise too (0: none)."""
     from rubric_jax.verifiers.constraints import check_program, parse_constraints
     from rubric_jax.verifiers.verifier import ConstraintVerifier
 
@@ -332,10 +339,17 @@ def run(out_dir: str, judge_name: str, group_size: int, limit: int, pairwise: bo
     constraints = [parse_constraints(r["constraints"], where=f"record {r['id']!r}") for r in records]
     program = [np.asarray([[float(check_program(c, a)) for c in cs] for a in ans]).reshape(len(ans), len(cs))
                for cs, ans in zip(constraints, answers)]
+    cached = None
     if os.path.exists(verdict_cache):
         with open(verdict_cache, encoding="utf-8") as f:
-            p_pass = [np.asarray(x, np.float64).reshape(len(a), len(cs))
-                      for x, a, cs in zip(json.load(f), answers, constraints)]
+            cached = json.load(f)
+        # verdicts are only reused for the very records they were made for (--limit changes the records)
+        if len(cached) != len(records) or any(np.shape(x) != (len(a), len(cs))
+                                              for x, a, cs in zip(cached, answers, constraints)):
+            log.warning("%s holds verdicts for other records: judging again", verdict_cache)
+            cached = None
+    if cached is not None:
+        p_pass = [np.asarray(x, np.float64) for x in cached]
     else:
         log.info("loading judge %s ...", judge_name)
         verifier = ConstraintVerifier(build_judge(judge_name), "llm")
@@ -358,12 +372,13 @@ def run(out_dir: str, judge_name: str, group_size: int, limit: int, pairwise: bo
     reading = {}
     if pairwise:
         t3 = time.perf_counter()
-        pair_p = _judge_pairs(judge_name, records, answers, program,
+        n = min(pairwise, len(records))
+        pair_p = _judge_pairs(judge_name, records[:n], answers[:n], program[:n],
                               os.path.join(out_dir, f"pairs_{judge_name.replace('/', '_')}_g{group_size}.json"))
         if time.perf_counter() - t3 > 1.0:
             timings[f"{judge_name}/pairwise"] = time.perf_counter() - t3
             write_json(timings_path, timings)
-        reading = {"pairwise_reading": pairwise_reading(p_pass, program, pair_p),
+        reading = {"pairwise_reading": {"prompts": n, **pairwise_reading(p_pass[:n], program[:n], pair_p)},
                    "seconds_pairwise": timings.get(f"{judge_name}/pairwise", time.perf_counter() - t3)}
     return {**reading,"judge": judge_name, "policy": POLICY, "group_size": group_size, "prompts": len(records),
             "forms": summarise(list(zip(p_pass, program)), kinds=kinds),
@@ -381,11 +396,12 @@ def main(argv=None) -> int:
     ap.add_argument("--judge", default="qwen2.5-coder-1.5b-instruct", help="judge: embedded name or checkpoint")
     ap.add_argument("--group_size", type=int, default=8, help="rollouts per prompt (the training run's G)")
     ap.add_argument("--limit", type=int, default=0, help="first N held-out prompts (0 = all)")
-    ap.add_argument("--pairwise", action="store_true",
-                    help="also ask every program-decided pair pairwise, as learn_ifeval_pairwise's judge does")
+    ap.add_argument("--pairwise", type=int, default=0, metavar="N",
+                    help="also ask the program-decided pairs of the first N prompts pairwise, as learn_ifeval_pairwise's "
+                         "judge does (about 4 s a pair and instruction on 2 cores; 0 = none)")
     args = ap.parse_args(argv)
-    if args.group_size < 2 or args.limit < 0:
-        print("error: --group_size must be >= 2 and --limit >= 0", file=sys.stderr)
+    if args.group_size < 2 or args.limit < 0 or args.pairwise < 0:
+        print("error: --group_size must be >= 2, --limit and --pairwise >= 0", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     os.makedirs(args.out, exist_ok=True)

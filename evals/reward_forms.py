@@ -398,7 +398,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="first N held-out prompts (0 = all)")
     ap.add_argument("--pairwise", type=int, default=0, metavar="N",
                     help="also ask the program-decided pairs of the first N prompts pairwise, as learn_ifeval_pairwise's "
-                         "judge does (about 4 s a pair and instruction on 2 cores; 0 = none)")
+                         "judge does (about 8 s a pair and instruction, both orders, on 2 cores; 0 = none)")
     args = ap.parse_args(argv)
     if args.group_size < 2 or args.limit < 0 or args.pairwise < 0:
         print("error: --group_size must be >= 2, --limit and --pairwise >= 0", file=sys.stderr)

@@ -201,7 +201,8 @@ def render_markdown(result: dict) -> str:
     if "pairwise_reading" in result:
         pr = result["pairwise_reading"]
         lines += ["", f"Pairwise against pointwise on the same {pr['comparisons']} program-decided (pair, instruction)"
-                  f" comparisons of the first {pr['prompts']} prompts ({result['seconds_pairwise']:.0f} s of pairwise judging):", "",
+                  f" comparisons of the first {pr['prompts']} prompts ({result['seconds_pairwise']:.0f} s of pairwise"
+                  " judging):", "",
                   "| reading | pair accuracy |", "|---|---|"]
         lines += [f"| {name} | {pr[name]['pair_accuracy']:.3f} [{pr[name]['pair_accuracy_ci'][0]:.3f}, "
                   f"{pr[name]['pair_accuracy_ci'][1]:.3f}] |" for name in ("pairwise", "pointwise")]
@@ -257,7 +258,7 @@ def _judge_pairs(judge_name: str, records, answers, program, cache: str) -> list
         return out
     judge = build_judge(judge_name, "pairwise")
     rubrics = [Rubric.from_dict(r["rubric"]) for r in records]
-    for r, rub, c in zip(records, rubrics, program):
+    for r, rub in zip(records, rubrics):
         if [x.id for x in rub.criteria] != [x["type"] for x in r["constraints"]]:
             raise ValueError(f"record {r['id']!r}: its rubric's criteria are not its constraints in order")
     t0 = time.perf_counter()
@@ -375,11 +376,11 @@ def run(out_dir: str, judge_name: str, group_size: int, limit: int, pairwise: in
         n = min(pairwise, len(records))
         pair_p = _judge_pairs(judge_name, records[:n], answers[:n], program[:n],
                               os.path.join(out_dir, f"pairs_{judge_name.replace('/', '_')}_g{group_size}.json"))
-        if time.perf_counter() - t3 > 1.0:
+        if time.perf_counter() - t3 > 1.0:  # as above: a rerun from the cache keeps the judging run's seconds
             timings[f"{judge_name}/pairwise"] = time.perf_counter() - t3
             write_json(timings_path, timings)
         reading = {"pairwise_reading": {"prompts": n, **pairwise_reading(p_pass[:n], program[:n], pair_p)},
-                   "seconds_pairwise": timings.get(f"{judge_name}/pairwise", time.perf_counter() - t3)}
+                   "seconds_pairwise": timings.get(f"{judge_name}/pairwise", 0.0)}
     return {**reading,"judge": judge_name, "policy": POLICY, "group_size": group_size, "prompts": len(records),
             "forms": summarise(list(zip(p_pass, program)), kinds=kinds),
             "seconds_sampling": timings.get("sampling", t1 - t0),
@@ -397,8 +398,9 @@ def main(argv=None) -> int:
     ap.add_argument("--group_size", type=int, default=8, help="rollouts per prompt (the training run's G)")
     ap.add_argument("--limit", type=int, default=0, help="first N held-out prompts (0 = all)")
     ap.add_argument("--pairwise", type=int, default=0, metavar="N",
-                    help="also ask the program-decided pairs of the first N prompts pairwise, as learn_ifeval_pairwise's "
-                         "judge does (about 8 s a pair and instruction, both orders, on 2 cores; 0 = none)")
+                    help="also ask the program-decided pairs of the first N prompts pairwise, as "
+                         "learn_ifeval_pairwise's judge does (about 8 s a pair and instruction, both orders, on 2 "
+                         "cores; 0 = none)")
     args = ap.parse_args(argv)
     if args.group_size < 2 or args.limit < 0 or args.pairwise < 0:
         print("error: --group_size must be >= 2, --limit and --pairwise >= 0", file=sys.stderr)
